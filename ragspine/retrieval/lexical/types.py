@@ -1,0 +1,38 @@
+"""Seams and result records of the lexical/hybrid retrievers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ragspine.retrieval.chunking.types import Chunk
+
+
+@runtime_checkable
+class EmbeddingBackend(Protocol):
+    """Turns texts into dense vectors (one list of floats per text, same order, same length each)."""
+
+    def embed_texts(self, texts: list[str]) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class QueryRewriter(Protocol):
+    """Expands a query into variants; the original query is always first."""
+
+    def rewrite(self, query: str) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """A scored chunk. ``chunk`` is a ``Chunk`` or ``StoredChunk``.
+
+    ``sparse_score`` and ``rerank_score`` stay ``None`` unless an opt-in stage produced them, so the
+    default path's snippets are byte-identical with or without those stages installed.
+    """
+
+    chunk: Chunk
+    bm25_score: float
+    vector_score: float
+    fused_score: float
+    sparse_score: float | None = None
+    rerank_score: float | None = None

@@ -1,0 +1,79 @@
+"""One typed settings object, built from ``RAGSPINE_*`` environment variables (and CLI flags on top).
+
+Components never read the environment themselves: they receive values from here as arguments. The
+spec's factories (``make_embedding_backend(spec=None)`` and friends) resolve a missing ``spec`` through
+``Settings.from_env()`` so that behaviour stays in one place.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+_PREFIX = "RAGSPINE_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every ``RAGSPINE_*`` knob. Field ``x`` is read from ``RAGSPINE_X``."""
+
+    data_dir: str = "./ragspine-data"
+    retrieval_mode: str = "auto"
+    embedding: str = "auto"
+    embedding_backend: str = ""  # spec alias of ``embedding``; wins when set
+    embedding_model: str = ""
+    reranker: str = "none"
+    reranker_model: str = ""
+    chunker: str = "default"
+    postprocessor: str = ""
+    filter_extractor: str = "none"
+    library_router: str = "none"
+    vector_store: str = "memory"
+    glossary_path: str = ""
+    device: str = "auto"
+    visual_embedder: str = "none"
+    llm_base_url: str = ""
+    llm_api_key: str = ""
+    llm_model: str = ""
+    openai_base_url: str = ""
+    openai_api_key: str = ""
+    openai_embedding_model: str = "text-embedding-3-small"
+    http_timeout_s: float = 30.0
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``environ`` (default ``os.environ``); ``overrides`` (e.g. CLI flags) win.
+
+        Raises ``ValueError`` naming the variable when a value does not parse.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        known = {f.name: f for f in fields(cls) if f.name != "extra"}
+        for name, f in known.items():
+            raw = env.get(_PREFIX + name.upper())
+            if raw is None:
+                continue
+            if f.type in ("float", float):
+                try:
+                    values[name] = float(raw)
+                except ValueError:
+                    raise ValueError(f"{_PREFIX}{name.upper()}={raw!r} is not a number") from None
+            else:
+                values[name] = raw.strip()
+        extra = {
+            k[len(_PREFIX):].lower(): v
+            for k, v in env.items()
+            if k.startswith(_PREFIX) and k[len(_PREFIX):].lower() not in known
+        }
+        values["extra"] = extra
+        settings = cls(**values)
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        return replace(settings, **clean) if clean else settings
+
+    @property
+    def embedding_spec(self) -> str:
+        """The embedding selector after applying the spec's ``RAGSPINE_EMBEDDING_BACKEND`` alias."""
+        return self.embedding_backend or self.embedding

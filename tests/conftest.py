@@ -1,0 +1,19 @@
+"""Shared fixtures. Evaluation sets live beside the repository in ``../shared/data`` (never copied in)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Path of ``../shared/data``; tests that need it skip with the reason when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"evaluation data not found at {SHARED_DATA} (set RAGSPINE_SHARED_DATA or place shared/data beside the repo)")
+    return SHARED_DATA
