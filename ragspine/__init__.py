@@ -1,2 +1,3 @@
 """RAGSpine: multimodal retrieval with provenance."""
+
 __version__ = "0.1.0"

@@ -64,9 +64,9 @@ class Settings:
             else:
                 values[name] = raw.strip()
         extra = {
-            k[len(_PREFIX):].lower(): v
+            k[len(_PREFIX) :].lower(): v
             for k, v in env.items()
-            if k.startswith(_PREFIX) and k[len(_PREFIX):].lower() not in known
+            if k.startswith(_PREFIX) and k[len(_PREFIX) :].lower() not in known
         }
         values["extra"] = extra
         settings = cls(**values)

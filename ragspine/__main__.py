@@ -1,0 +1,3 @@
+from ragspine.cli import main
+
+raise SystemExit(main())
