@@ -41,6 +41,17 @@ class Settings:
     openai_api_key: str = ""
     openai_embedding_model: str = "text-embedding-3-small"
     http_timeout_s: float = 30.0
+    # Service wiring (front tier, model worker, deployment).
+    host: str = "127.0.0.1"
+    front_port: float = 50051
+    worker_port: float = 50052
+    metrics_port: float = 0  # 0 = no Prometheus endpoint
+    worker_address: str = ""  # host:port of the model worker; empty = in-process models (laptop mode)
+    worker_token: str = ""  # service token the front presents to the worker
+    auth_tokens_file: str = ""  # JSON {token: {"caller": name, "libraries": [...] or ["*"]}}; empty = no auth
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    store_dsn: str = ""  # postgresql://... selects the PostgreSQL store; empty = SQLite under data_dir
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
