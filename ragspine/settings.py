@@ -43,9 +43,9 @@ class Settings:
     http_timeout_s: float = 30.0
     # Service wiring (front tier, model worker, deployment).
     host: str = "127.0.0.1"
-    front_port: float = 50051
-    worker_port: float = 50052
-    metrics_port: float = 0  # 0 = no Prometheus endpoint
+    front_port: int = 50051
+    worker_port: int = 50052
+    metrics_port: int = 0  # 0 = no Prometheus endpoint
     worker_address: str = ""  # host:port of the model worker; empty = in-process models (laptop mode)
     worker_token: str = ""  # service token the front presents to the worker
     auth_tokens_file: str = ""  # JSON {token: {"caller": name, "libraries": [...] or ["*"]}}; empty = no auth
@@ -67,11 +67,13 @@ class Settings:
             raw = env.get(_PREFIX + name.upper())
             if raw is None:
                 continue
-            if f.type in ("float", float):
+            if f.type in ("float", float, "int", int):
+                convert = int if f.type in ("int", int) else float
                 try:
-                    values[name] = float(raw)
+                    values[name] = convert(raw)
                 except ValueError:
-                    raise ValueError(f"{_PREFIX}{name.upper()}={raw!r} is not a number") from None
+                    kind = "an integer" if convert is int else "a number"
+                    raise ValueError(f"{_PREFIX}{name.upper()}={raw!r} is not {kind}") from None
             else:
                 values[name] = raw.strip()
         extra = {
