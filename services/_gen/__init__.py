@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC stubs of the ragspine.v1 wire contract."""
