@@ -1,0 +1,211 @@
+"""Paragraph-granular chunker: a document's plain text in, retrieval chunks out.
+
+The budget is a character count (no tokenizer), so chunking is offline and deterministic. Every chunk's
+``text`` is a contiguous substring of the source, which is what keeps citations honest.
+
+Rules, in order:
+
+1. Paragraphs are blocks of text separated by one or more blank lines (a line holding only whitespace
+   counts as blank). A paragraph's span runs from its first to its last non-whitespace character;
+   paragraphs are numbered from 1.
+2. Consecutive paragraphs are packed greedily while the span from the first paragraph's start to the
+   last paragraph's end stays within ``max_chars``. A chunk covering paragraphs ``a..b`` has
+   ``text = source[start(a):end(b)]``, blank lines between them included.
+3. Overlap between consecutive packed chunks: the next chunk starts with the longest run of trailing
+   whole paragraphs of the previous chunk whose span (start of the first carried paragraph to end of the
+   previous chunk) is at most ``overlap_chars``. Carried paragraphs are dropped from the front of that run
+   until the carry plus the next new paragraph fits in ``max_chars``; a paragraph is never cut to make
+   overlap, so the overlap may be empty.
+4. A paragraph longer than ``max_chars`` is chunked on its own: it is split after sentence enders
+   (``。！？；.!?;``, a run of enders and any closing quotes or brackets right after them stay with their
+   sentence), sentences are packed greedily up to ``max_chars``, and a sentence still longer than that is
+   hard-cut every ``max_chars`` characters. These sub-chunks never overlap, and no overlap is carried into
+   or out of an oversized paragraph. Sub-chunk edges are trimmed of whitespace.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+
+__all__ = [
+    "DEFAULT_CHUNK_CHARS",
+    "DEFAULT_OVERLAP_CHARS",
+    "Chunk",
+    "DocumentMeta",
+    "chunk_document",
+]
+
+# A run of blank lines. ``[^\S\n]`` is "whitespace but not a newline", so each attempt only scans the
+# leading whitespace of one line and the search stays linear in the text length.
+_BLANK_LINES = re.compile(r"\n[^\S\n]*\n(?:[^\S\n]*\n)*")
+_NON_SPACE = re.compile(r"\S")
+# Sentence end: a run of enders plus closing quotes/brackets that belong to the same sentence.
+_SENTENCE_END = re.compile(r"[。！？；.!?;]+[\"'”’」』）)\]]*")
+
+Span = tuple[int, int]
+
+
+def chunk_document(
+    text: str,
+    meta: DocumentMeta,
+    *,
+    max_chars: int = DEFAULT_CHUNK_CHARS,
+    overlap_chars: int = DEFAULT_OVERLAP_CHARS,
+) -> list[Chunk]:
+    """Split ``text`` into chunks of at most ``max_chars`` characters (see the module doc for the rules).
+
+    ``chunk_id`` is ``"{doc_id}#c{seq}"`` with a dense 0-based ``seq``; ``source_locator`` is
+    ``"{prefix}#para{a}-{b}"`` where ``prefix`` is ``meta.source_locator_prefix`` or, when that is empty,
+    ``meta.doc_id``. Metadata and sensitivity are copied from ``meta``. Runs in time linear in ``len(text)``.
+
+    Returns ``[]`` for empty or whitespace-only text.
+
+    Raises ``ValueError`` when ``max_chars <= 0``, ``overlap_chars < 0``, ``overlap_chars >= max_chars``,
+    ``meta.doc_id`` is empty or whitespace, ``text`` is not a ``str``, or ``text`` holds lone surrogates
+    (bytes that were not valid UTF-8, decoded with ``surrogateescape``).
+    """
+    _validate(text, meta, max_chars, overlap_chars)
+    paragraphs = _paragraph_spans(text)
+    prefix = meta.source_locator_prefix or meta.doc_id
+    chunks: list[Chunk] = []
+    for (start, end), para_a, para_b in _chunk_spans(text, paragraphs, max_chars, overlap_chars):
+        seq = len(chunks)
+        chunks.append(
+            Chunk(
+                chunk_id=f"{meta.doc_id}#c{seq}",
+                doc_id=meta.doc_id,
+                seq=seq,
+                text=text[start:end],
+                source_locator=f"{prefix}#para{para_a}-{para_b}",
+                para_start=para_a,
+                para_end=para_b,
+                title=meta.title,
+                topic=meta.topic,
+                entity=meta.entity,
+                geography=meta.geography,
+                period=meta.period,
+                language=meta.language,
+                sensitivity=meta.sensitivity,
+            )
+        )
+    return chunks
+
+
+def _validate(text: object, meta: DocumentMeta, max_chars: object, overlap_chars: object) -> None:
+    if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars <= 0:
+        raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
+    if not isinstance(overlap_chars, int) or isinstance(overlap_chars, bool) or overlap_chars < 0:
+        raise ValueError(f"overlap_chars must be an integer >= 0, got {overlap_chars!r}")
+    if overlap_chars >= max_chars:
+        raise ValueError(
+            f"overlap_chars ({overlap_chars}) must be smaller than max_chars ({max_chars}); "
+            "lower overlap_chars or raise max_chars"
+        )
+    doc_id = getattr(meta, "doc_id", None)
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise ValueError(f"meta.doc_id must be a non-empty string, got {doc_id!r}; give the document an id")
+    if not isinstance(text, str):
+        raise ValueError(
+            f"text of document {doc_id!r} must be a str, got {type(text).__name__}; decode it to text first"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"text of document {doc_id!r} holds a lone surrogate at character {exc.start} "
+            "(the source was not valid UTF-8); re-decode it with the right encoding or errors='replace'"
+        ) from None
+
+
+def _paragraph_spans(text: str) -> list[Span]:
+    """Trimmed (start, end) spans of the blank-line separated blocks, empty blocks skipped."""
+    spans: list[Span] = []
+    block_start = 0
+    for sep in _BLANK_LINES.finditer(text):
+        _append_trimmed(text, block_start, sep.start(), spans)
+        block_start = sep.end()
+    _append_trimmed(text, block_start, len(text), spans)
+    return spans
+
+
+def _append_trimmed(text: str, start: int, end: int, out: list[Span]) -> None:
+    first = _NON_SPACE.search(text, start, end)
+    if first is None:
+        return
+    begin = first.start()
+    last = end
+    while last > begin + 1 and text[last - 1].isspace():
+        last -= 1
+    out.append((begin, last))
+
+
+def _chunk_spans(
+    text: str, paragraphs: list[Span], max_chars: int, overlap_chars: int
+) -> list[tuple[Span, int, int]]:
+    """(span, first paragraph number, last paragraph number) per chunk, in document order."""
+    out: list[tuple[Span, int, int]] = []
+    n = len(paragraphs)
+    i = 0  # index of the next paragraph not yet covered by any chunk
+    carry_from = -1  # index of the first carried paragraph, or -1 when nothing is carried
+    while i < n:
+        p_start, p_end = paragraphs[i]
+        if p_end - p_start > max_chars:
+            for span in _split_oversized(text, p_start, p_end, max_chars):
+                out.append((span, i + 1, i + 1))
+            i += 1
+            carry_from = -1
+            continue
+        first = i
+        if carry_from >= 0:
+            # Drop carried paragraphs from the front until the carry and the new paragraph fit together.
+            first = carry_from
+            while first < i and p_end - paragraphs[first][0] > max_chars:
+                first += 1
+        last = i
+        while last + 1 < n and paragraphs[last + 1][1] - paragraphs[first][0] <= max_chars:
+            last += 1
+        out.append(((paragraphs[first][0], paragraphs[last][1]), first + 1, last + 1))
+        i = last + 1
+        carry_from = _carry_start(paragraphs, first, last, overlap_chars)
+    return out
+
+
+def _carry_start(paragraphs: list[Span], first: int, last: int, overlap_chars: int) -> int:
+    """Index of the earliest trailing paragraph of ``first..last`` whose run to ``last`` fits the overlap."""
+    end = paragraphs[last][1]
+    carry = -1
+    k = last
+    # ``k > first``: carrying the whole previous chunk would repeat it rather than overlap it.
+    while k > first and end - paragraphs[k][0] <= overlap_chars:
+        carry = k
+        k -= 1
+    return carry
+
+
+def _split_oversized(text: str, start: int, end: int, max_chars: int) -> list[Span]:
+    """Non-overlapping spans covering one long paragraph: packed sentences, then hard cuts."""
+    sentences: list[Span] = []
+    sent_start = start
+    for m in _SENTENCE_END.finditer(text, start, end):
+        _append_trimmed(text, sent_start, m.end(), sentences)
+        sent_start = m.end()
+    _append_trimmed(text, sent_start, end, sentences)
+
+    spans: list[Span] = []
+    k = 0
+    while k < len(sentences):
+        s_start, s_end = sentences[k]
+        if s_end - s_start > max_chars:
+            for cut in range(s_start, s_end, max_chars):
+                _append_trimmed(text, cut, min(cut + max_chars, s_end), spans)
+            k += 1
+            continue
+        last = k
+        while last + 1 < len(sentences) and sentences[last + 1][1] - s_start <= max_chars:
+            last += 1
+        spans.append((s_start, sentences[last][1]))
+        k = last + 1
+    return spans
