@@ -12,15 +12,16 @@ ENV PATH=/opt/venv/bin:$PATH
 # The CPU torch wheel first: the default Linux wheel on PyPI is the multi-GB CUDA build.
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY proto/ proto/
 COPY ragspine/ ragspine/
 COPY services/ services/
-# The gRPC stubs are generated here, never committed: they always match the protos and the grpcio in use.
-RUN pip install grpcio-tools==1.85.1 \
-    && python -m grpc_tools.protoc -I proto --python_out=. --grpc_python_out=. proto/ragspine/v1/*.proto \
-    && pip install "/src[service,models,postgres]" \
-    && pip uninstall -y grpcio-tools
+# The gRPC stubs are regenerated from proto/ here so the image never ships stubs older than its protos.
+# psycopg alone, not the [postgres] extra: in a cluster the database is external, no bundled server needed.
+RUN pip install grpcio-tools==1.85.1 mypy-protobuf==5.1.0 \
+    && python services/gen_protos.py \
+    && pip install "/src[service,models]" "psycopg[binary]==3.3.9" \
+    && pip uninstall -y grpcio-tools mypy-protobuf
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="ragspine" \
