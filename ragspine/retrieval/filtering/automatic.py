@@ -1,0 +1,133 @@
+"""Automatic filter extraction: an opt-in stage that reads metadata constraints out of the query.
+
+Its only output is a ``MetadataFilter`` (or ``None``), so it cannot rewrite an answer; the retriever ANDs
+it with the caller's filters, so it can only narrow. A failed or absent extraction returns ``None`` and
+leaves the candidate set as the caller's filters made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter
+from ragspine.settings import Settings
+
+# field -> canonical value -> surface forms. Kept small and generic; deployments pass their own vocabulary.
+DEFAULT_VOCAB: dict[str, dict[str, list[str]]] = {
+    "geography": {
+        "CN": ["china", "chinese mainland", "mainland china", "中国", "中国大陆", "内地"],
+        "HK": ["hong kong", "香港"],
+        "US": ["united states", "usa", "u.s.", "美国"],
+        "EU": ["europe", "european union", "欧洲", "欧盟"],
+    },
+    "language": {
+        "zh": ["in chinese", "中文"],
+        "en": ["in english", "英文"],
+    },
+}
+
+FILTER_EXTRACTOR_CHOICES: tuple[str, ...] = ("none", "controlled_vocab", "vocab")
+
+
+@runtime_checkable
+class FilterExtractor(Protocol):
+    """Reads metadata constraints out of a query; ``None`` when it finds none."""
+
+    def extract(self, query: str) -> MetadataFilter | None: ...
+
+
+def _is_ascii_word_char(ch: str) -> bool:
+    return ch.isascii() and ch.isalnum()
+
+
+class ControlledVocabFilterExtractor:
+    """Matches a controlled vocabulary's surface forms (Chinese and English) inside the query.
+
+    ``vocab`` maps field → {canonical value: [surface forms]}; the canonical value counts as a form too.
+    ASCII matching is case-insensitive and respects word boundaries ("us" does not fire inside "business");
+    other scripts match as substrings. Overlapping hits resolve to the longest form ("中国大陆" beats
+    "中国"). A field with one canonical hit gives ``eq``, with several gives ``in``; fields are ANDed.
+
+    Raises ``ValueError`` at construction for a malformed vocabulary; ``extract`` never raises.
+    """
+
+    def __init__(self, vocab: Mapping[str, Mapping[str, Sequence[str]]] | None = None) -> None:
+        vocab = DEFAULT_VOCAB if vocab is None else vocab
+        if not isinstance(vocab, Mapping) or not vocab:
+            raise ValueError("vocab must be a non-empty mapping field -> {canonical value: [surface forms]}")
+        # (lowered form, field, canonical) in vocabulary order; order breaks ties deterministically.
+        self._forms: list[tuple[str, str, str]] = []
+        for field, values in vocab.items():
+            if not isinstance(field, str) or not field or not isinstance(values, Mapping):
+                raise ValueError(f"vocab[{field!r}] must map canonical values to lists of surface forms")
+            for canonical, forms in values.items():
+                if not isinstance(canonical, str) or not canonical.strip():
+                    raise ValueError(f"vocab[{field!r}] has a canonical value that is not a non-empty string")
+                if isinstance(forms, str) or not isinstance(forms, Sequence):
+                    raise ValueError(f"vocab[{field!r}][{canonical!r}] must be a list of surface forms")
+                for form in (canonical, *forms):
+                    if not isinstance(form, str) or not form.strip():
+                        raise ValueError(f"vocab[{field!r}][{canonical!r}] has an empty or non-string form")
+                    self._forms.append((form.strip().lower(), field, canonical))
+
+    def extract(self, query: str) -> MetadataFilter | None:
+        """The filter the query's vocabulary implies, or ``None`` (also for empty or non-string queries)."""
+        if not isinstance(query, str) or not query.strip():
+            return None
+        text = query.lower()
+        hits: list[tuple[int, int, int, str, str]] = []  # (start, end, vocab order, field, canonical)
+        for order, (form, field, canonical) in enumerate(self._forms):
+            start = text.find(form)
+            while start != -1:
+                end = start + len(form)
+                if self._on_word_boundary(text, form, start, end):
+                    hits.append((start, end, order, field, canonical))
+                start = text.find(form, start + 1)
+        # Longest first, then earliest, then vocabulary order: a deterministic greedy cover of the query.
+        taken: list[tuple[int, int]] = []
+        chosen: dict[str, list[str]] = {}
+        hits.sort(key=lambda h: (-(h[1] - h[0]), h[0], h[2]))
+        for start, end, _, field, canonical in hits:
+            if any(start < t_end and t_start < end for t_start, t_end in taken):
+                continue
+            taken.append((start, end))
+            values = chosen.setdefault(field, [])
+            if canonical not in values:
+                values.append(canonical)
+        if not chosen:
+            return None
+        conditions: list[FilterCondition] = []
+        for field in sorted(chosen):
+            values = sorted(chosen[field])
+            conditions.append(
+                FilterCondition(field, "eq", values[0])
+                if len(values) == 1
+                else FilterCondition(field, "in", values)
+            )
+        return MetadataFilter(tuple(conditions))
+
+    @staticmethod
+    def _on_word_boundary(text: str, form: str, start: int, end: int) -> bool:
+        # Only ASCII word edges need a boundary; CJK text has no spaces between words.
+        if _is_ascii_word_char(form[0]) and start > 0 and _is_ascii_word_char(text[start - 1]):
+            return False
+        return not (_is_ascii_word_char(form[-1]) and end < len(text) and _is_ascii_word_char(text[end]))
+
+
+def make_filter_extractor(spec: str | None = None, **kwargs: Any) -> FilterExtractor | None:
+    """Select a filter extractor by name (case-insensitive).
+
+    ``spec=None`` resolves through ``Settings.from_env().filter_extractor`` (``RAGSPINE_FILTER_EXTRACTOR``).
+    ``"none"``/``""`` → ``None`` (the default: no extraction); ``"controlled_vocab"``/``"vocab"`` →
+    ``ControlledVocabFilterExtractor(vocab=kwargs.get("vocab"))``. Raises ``ValueError`` listing the
+    choices for an unknown name.
+    """
+    if spec is None:
+        spec = Settings.from_env().filter_extractor
+    name = str(spec).strip().lower()
+    if name in ("", "none"):
+        return None
+    if name in ("controlled_vocab", "vocab"):
+        return ControlledVocabFilterExtractor(**kwargs)
+    raise ValueError(f"unknown filter extractor {spec!r}; choices: {', '.join(FILTER_EXTRACTOR_CHOICES)}")
