@@ -1,0 +1,251 @@
+"""The vector store seam and its zero-dependency in-process implementation (brute-force cosine).
+
+A store ranks; it does not decide what may be seen. ``query`` honours ``where`` but does not drop
+RESTRICTED records: that removal stays at the two exits (rerank and link), which are authoritative.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
+from ragspine.settings import Settings
+
+VECTOR_STORE_CHOICES: tuple[str, ...] = ("memory", "inprocess", "none")
+
+# A where clause: {key: value} equality, {key: [v1, v2]} membership ("id" addresses record ids), or a filter.
+Where = Mapping[str, Any] | MetadataFilter
+
+
+@dataclass(frozen=True)
+class VectorRecord:
+    """A vector to store under ``id`` with free-form ``metadata`` (used by ``where`` clauses)."""
+
+    id: str
+    vector: Sequence[float]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VectorHit:
+    """One query result: the record id, its cosine similarity in [-1, 1], and a copy of its metadata."""
+
+    id: str
+    score: float
+    metadata: dict[str, Any]
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """Stores vectors by id and answers cosine kNN queries, optionally restricted by ``where``."""
+
+    def upsert(self, records: Iterable[VectorRecord]) -> None: ...
+
+    def query(
+        self, vector: Sequence[float], *, k: int = 10, where: Where | None = None
+    ) -> list[VectorHit]: ...
+
+    def delete(self, *, where: Where) -> int: ...
+
+    def count(self) -> int: ...
+
+
+def _as_vector(values: Any, *, what: str, dim: int | None) -> np.ndarray:
+    """A validated float32 vector of shape (dim,); raises ValueError naming ``what`` otherwise."""
+    try:
+        vec = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a sequence of numbers") from None
+    if vec.ndim != 1 or vec.size == 0:
+        raise ValueError(f"{what} must be a non-empty 1-D sequence of numbers, got shape {vec.shape}")
+    if dim is not None and vec.shape[0] != dim:
+        raise ValueError(f"{what} has dimension {vec.shape[0]}, but the store holds dimension {dim}")
+    if not np.all(np.isfinite(vec)):
+        raise ValueError(f"{what} contains NaN or infinity")
+    norm = float(np.linalg.norm(vec))
+    if norm == 0.0 or not math.isfinite(norm):
+        raise ValueError(f"{what} is a zero vector: cosine similarity is undefined for it")
+    return vec.astype(np.float32)  # (dim,)
+
+
+class _WhereMatcher:
+    """Evaluates a where clause against (id, metadata); ``"id"`` in a mapping addresses the record id."""
+
+    def __init__(self, where: Where) -> None:
+        if isinstance(where, MetadataFilter):
+            self._filter: MetadataFilter | None = where
+            self._clauses: list[tuple[str, frozenset[Any] | None, Any]] = []
+            return
+        if not isinstance(where, Mapping):
+            raise ValueError(
+                "where must be a mapping like {'doc_id': 'd1'} / {'id': ['a', 'b']} or a MetadataFilter, "
+                f"got {type(where).__name__}"
+            )
+        self._filter = None
+        self._clauses = []
+        for key, value in where.items():
+            if isinstance(value, list | tuple | set | frozenset):
+                self._clauses.append((str(key), frozenset(value), None))
+            else:
+                self._clauses.append((str(key), None, value))
+
+    def __call__(self, record_id: str, metadata: Mapping[str, Any]) -> bool:
+        if self._filter is not None:
+            return self._filter.matches({**metadata, "id": record_id})
+        for key, members, value in self._clauses:
+            actual = record_id if key == "id" else metadata.get(key)
+            if members is not None:
+                if actual not in members:
+                    return False
+            elif actual != value:
+                return False
+        return True
+
+
+class InProcessVectorStore:
+    """All vectors in one numpy float32 matrix; exact cosine kNN by brute force.
+
+    - ``upsert`` replaces a record with the same id (within one batch the last one wins). The first
+      record fixes the store's dimension.
+    - ``query`` applies ``where`` before ranking, so ``k`` counts only records that pass it. Hits are
+      ordered by score descending, ties by id ascending.
+    - ``where`` is ``{key: value}`` equality on metadata, ``{key: [values]}`` membership, with the key
+      ``"id"`` addressing record ids (``delete(where={"id": ["a", "b"]})``), or a ``MetadataFilter``
+      evaluated on the metadata plus ``id``.
+
+    Dimension mismatches, NaN/infinite components and zero vectors raise ``ValueError``; a failed upsert
+    stores nothing from its batch. RESTRICTED records are not dropped here (the exits do that).
+    """
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._index: dict[str, int] = {}
+        self._metadata: list[dict[str, Any]] = []
+        self._matrix = np.zeros((0, 0), dtype=np.float32)  # (n, dim)
+        self._norms = np.zeros((0,), dtype=np.float32)  # (n,)
+        self._dim: int | None = None
+
+    @property
+    def dim(self) -> int | None:
+        """The vector dimension, or None while the store has never held a record."""
+        return self._dim
+
+    def count(self) -> int:
+        """Number of records stored."""
+        return len(self._ids)
+
+    def upsert(self, records: Iterable[VectorRecord]) -> None:
+        """Insert or replace records by id. All records are validated before any is stored."""
+        batch: dict[str, tuple[np.ndarray, dict[str, Any]]] = {}
+        dim = self._dim
+        for record in records:
+            if not isinstance(record, VectorRecord):
+                raise ValueError(f"upsert takes VectorRecord objects, got {type(record).__name__}")
+            if not isinstance(record.id, str) or not record.id:
+                raise ValueError(f"VectorRecord.id must be a non-empty string, got {record.id!r}")
+            if not isinstance(record.metadata, Mapping):
+                raise ValueError(f"VectorRecord.metadata for {record.id!r} must be a mapping")
+            vec = _as_vector(record.vector, what=f"vector for {record.id!r}", dim=dim)
+            dim = vec.shape[0]
+            batch[record.id] = (vec, dict(record.metadata))
+        if not batch:
+            return
+        self._dim = dim
+        new_rows: list[np.ndarray] = []
+        for record_id, (vec, metadata) in batch.items():
+            slot = self._index.get(record_id)
+            if slot is not None:
+                self._matrix[slot] = vec
+                self._norms[slot] = np.linalg.norm(vec)
+                self._metadata[slot] = metadata
+            else:
+                self._index[record_id] = len(self._ids)
+                self._ids.append(record_id)
+                self._metadata.append(metadata)
+                new_rows.append(vec)
+        if new_rows:
+            added = np.stack(new_rows)  # (m, dim)
+            base = self._matrix if self._matrix.size else np.zeros((0, added.shape[1]), dtype=np.float32)
+            self._matrix = np.concatenate([base, added])
+            self._norms = np.concatenate([self._norms, np.linalg.norm(added, axis=1).astype(np.float32)])
+
+    def query(self, vector: Sequence[float], *, k: int = 10, where: Where | None = None) -> list[VectorHit]:
+        """The ``k`` records most cosine-similar to ``vector`` among those passing ``where``.
+
+        Returns ``[]`` for an empty store or ``k == 0``. Raises ``ValueError`` for a negative or non-integer
+        ``k``, a malformed ``where`` or an invalid query vector (wrong dimension, NaN/inf, zero).
+        """
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"k must be a non-negative integer, got {k!r}")
+        matcher = _WhereMatcher(where) if where is not None else None
+        if not self._ids:
+            _as_vector(vector, what="query vector", dim=None)
+            return []
+        q = _as_vector(vector, what="query vector", dim=self._dim)
+        if k == 0:
+            return []
+        if matcher is None:
+            rows = np.arange(len(self._ids))
+        else:
+            rows = np.fromiter(
+                (i for i, rid in enumerate(self._ids) if matcher(rid, self._metadata[i])), dtype=np.int64
+            )
+        if rows.size == 0:
+            return []
+        sims = (self._matrix[rows] @ q) / (self._norms[rows] * np.linalg.norm(q))  # (m,)
+        if k < rows.size:
+            # Keep everything tied with the k-th best so ties resolve by id, not by storage slot.
+            kth = np.partition(sims, rows.size - k)[rows.size - k]
+            keep = np.flatnonzero(sims >= kth)
+        else:
+            keep = np.arange(rows.size)
+        ranked = sorted(keep.tolist(), key=lambda j: (-float(sims[j]), self._ids[rows[j]]))[:k]
+        return [VectorHit(self._ids[rows[j]], float(sims[j]), dict(self._metadata[rows[j]])) for j in ranked]
+
+    def delete(self, *, where: Where) -> int:
+        """Remove every record passing ``where``; returns how many were removed.
+
+        An empty mapping is refused (``ValueError``) so that a missing clause never wipes the store.
+        """
+        if isinstance(where, Mapping) and not where:
+            raise ValueError(
+                "delete needs a non-empty where, e.g. where={'id': ['a', 'b']} or {'doc_id': 'd1'}"
+            )
+        matcher = _WhereMatcher(where)
+        keep = [i for i, rid in enumerate(self._ids) if not matcher(rid, self._metadata[i])]
+        removed = len(self._ids) - len(keep)
+        if removed:
+            self._ids = [self._ids[i] for i in keep]
+            self._metadata = [self._metadata[i] for i in keep]
+            self._matrix = self._matrix[keep]
+            self._norms = self._norms[keep]
+            self._index = {rid: i for i, rid in enumerate(self._ids)}
+        return removed
+
+    def get(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored vectors (float32 copies, as given, not normalised) by id; absent ids are skipped."""
+        return {rid: self._matrix[self._index[rid]].copy() for rid in ids if rid in self._index}
+
+
+def make_vector_store(spec: str | None = None, **kwargs: Any) -> VectorStore | None:
+    """Select a vector store by name (case-insensitive).
+
+    ``spec=None`` resolves through ``Settings.from_env().vector_store`` (``RAGSPINE_VECTOR_STORE``, default
+    ``"memory"``). ``"memory"``/``"inprocess"`` → ``InProcessVectorStore()``; ``"none"`` → ``None``.
+    Raises ``ValueError`` listing the choices for an unknown name or for unexpected ``kwargs``.
+    """
+    if spec is None:
+        spec = Settings.from_env().vector_store
+    name = str(spec).strip().lower().replace("-", "_")
+    if name == "none":
+        return None
+    if name in ("memory", "inprocess", "in_process", ""):
+        if kwargs:
+            raise ValueError(f"the in-process vector store takes no options, got {sorted(kwargs)}")
+        return InProcessVectorStore()
+    raise ValueError(f"unknown vector store {spec!r}; choices: {', '.join(VECTOR_STORE_CHOICES)}")
