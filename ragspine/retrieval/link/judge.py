@@ -1,0 +1,32 @@
+"""A listwise judge backed by an LLM provider: one chat call per rerank."""
+
+from __future__ import annotations
+
+from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.rerank.listwise_rerank import build_listwise_prompt, parse_listwise_response
+
+_SYSTEM_PROMPT = "You rank passages for a retrieval system. Answer with the ranking only."
+
+
+class ProviderListwiseJudge:
+    """``ListwiseJudge`` that asks ``provider`` once per call and parses its ranking.
+
+    Provider errors propagate unchanged: ``listwise_rerank`` catches them and keeps the RRF order. A
+    malformed answer parses to the identity order (see ``parse_listwise_response``).
+    """
+
+    def __init__(self, provider: LLMProvider, *, max_tokens: int | None = None) -> None:
+        self.provider = provider
+        self.max_tokens = max_tokens
+
+    def judge(self, query: str, candidates: list[str]) -> list[int]:
+        """A 0-based permutation of ``range(len(candidates))``, best first; ``[]`` (no call) for none."""
+        if not candidates:
+            return []
+        messages = [
+            {"role": "system", "content": _SYSTEM_PROMPT},
+            {"role": "user", "content": build_listwise_prompt(query, candidates)},
+        ]
+        # Temperature 0: the same candidates should get the same ranking run after run.
+        answer = self.provider.chat(messages, temperature=0.0, max_tokens=self.max_tokens)
+        return parse_listwise_response(answer, len(candidates))
