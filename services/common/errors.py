@@ -1,0 +1,56 @@
+"""Domain errors of the services and the one table that maps them (and ``ValueError``) to gRPC codes.
+
+Servicers raise these (or plain ``ValueError`` for bad input); :func:`status_for` decides the status code
+and the message the caller sees. Anything not in the table becomes ``INTERNAL`` with a fixed message so
+that no stack text or internal detail leaks.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+INTERNAL_MESSAGE = "internal error; the server log has the details"
+
+
+class NotFoundError(LookupError):
+    """A named library, document or model does not exist."""
+
+
+class OverloadedError(RuntimeError):
+    """The server's queue is full; retry later or send smaller batches."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """A backend the call needs (model worker, store) is down or not ready."""
+
+
+class UnauthenticatedError(PermissionError):
+    """No credentials, or credentials the server does not know."""
+
+
+class PermissionDeniedError(PermissionError):
+    """Known caller, but not allowed to touch the named resource."""
+
+
+class RequestTooLargeError(ValueError):
+    """A request exceeds a published limit (batch size, text length)."""
+
+
+# Order matters: the first matching class wins, so subclasses come before their bases.
+_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (RequestTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
+    (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (BackendUnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+)
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status code and caller-visible message for ``exc``; unknown errors get a fixed message."""
+    for kind, code in _TABLE:
+        if isinstance(exc, kind):
+            return code, str(exc) or kind.__name__
+    return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE

@@ -1,0 +1,30 @@
+"""Prometheus metrics of both services, served on ``Settings.metrics_port`` when it is non-zero."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RPC_LATENCY = Histogram(
+    "ragspine_rpc_latency_seconds",
+    "Server-side latency of one RPC, in seconds.",
+    ["service", "method", "code"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+QUEUE_DEPTH = Gauge("ragspine_worker_queue_depth", "Requests waiting in the worker's batch queue.", ["model"])
+REJECTED = Counter(
+    "ragspine_worker_rejected_total", "Requests rejected because the queue was full.", ["model"]
+)
+DEGRADED = Counter(
+    "ragspine_degraded_answers_total", "Answers returned with a skipped stage, by stage.", ["stage"]
+)
+
+_started: set[int] = set()
+
+
+def start_metrics_server(port: int, host: str = "0.0.0.0") -> bool:
+    """Expose ``/metrics`` on ``port`` once per process (``port == 0``: nothing). True if started."""
+    if port <= 0 or port in _started:
+        return False
+    start_http_server(port, addr=host)
+    _started.add(port)
+    return True

@@ -1,0 +1,1 @@
+"""The model worker: stateless model inference (embeddings, sparse vectors, rerank scores, boundaries)."""
