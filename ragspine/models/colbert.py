@@ -1,0 +1,162 @@
+"""ColBERT late-interaction reranking: token vectors per side, MaxSim between them.
+
+Model: a BERT encoder plus the checkpoint's linear projection (ColBERTv2: ``linear.weight``, 768 -> 128),
+token vectors L2-normalised. Query/document markers follow ColBERTv2: ``[unused0]`` ([Q]) or ``[unused1]``
+([D]) right after ``[CLS]``, and queries padded with ``[MASK]`` to ``query_max_length`` (query augmentation).
+Simplification: document punctuation tokens are kept (ColBERTv2 masks them); scores shift slightly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragspine.models.batching import BatchPolicy, run_batched
+from ragspine.models.device import select_device, select_dtype
+from ragspine.models.packaged import DEFAULT_COLBERT_ID, require, resolve_model_dir
+from ragspine.models.tokenization import Encoded, TextTokenizer, check_texts
+
+QUERY_MARKER = "[unused0]"
+DOC_MARKER = "[unused1]"
+
+
+def maxsim(query_vectors: np.ndarray, doc_vectors: np.ndarray) -> float:
+    """Late-interaction score: sum over query tokens of the best cosine with any document token.
+
+    ``query_vectors`` (q, dim) and ``doc_vectors`` (d, dim) must already be unit length. An empty side
+    scores 0.0. Raises ``ValueError`` when the dimensions differ.
+    """
+    if query_vectors.shape[-1] != doc_vectors.shape[-1]:
+        raise ValueError(
+            f"dimension mismatch: query {query_vectors.shape[-1]} vs doc {doc_vectors.shape[-1]}"
+        )
+    if query_vectors.shape[0] == 0 or doc_vectors.shape[0] == 0:
+        return 0.0
+    similarities = query_vectors @ doc_vectors.T  # (q, d)
+    return float(similarities.max(axis=1).sum())
+
+
+def load_projection(folder: Path) -> np.ndarray:
+    """Read the ColBERT projection ``linear.weight`` (out_dim, hidden) from the checkpoint's weight files.
+
+    Raises ``ValueError`` when no weight file in ``folder`` has that tensor (not a ColBERT checkpoint).
+    """
+    torch = require("torch")
+    for file in sorted(folder.glob("*.safetensors")):
+        safetensors = require("safetensors.torch")
+        tensors = safetensors.load_file(str(file))
+        if "linear.weight" in tensors:
+            return np.asarray(tensors["linear.weight"].float().numpy())
+    for file in sorted(folder.glob("*.bin")):
+        state = torch.load(str(file), map_location="cpu", weights_only=True)
+        if "linear.weight" in state:
+            return np.asarray(state["linear.weight"].float().numpy())
+    raise ValueError(f"{str(folder)!r} holds no 'linear.weight' projection: not a ColBERT checkpoint")
+
+
+class ColBERTReranker:
+    """Reranker (``name == "colbert"``) scoring each passage by MaxSim against the query's token vectors.
+
+    ``model_name_or_path``: a ColBERT checkpoint folder or Hub id (BERT weights under ``bert.*`` plus
+    ``linear.weight``). Documents over ``doc_max_length`` tokens are cut and counted in ``truncated``.
+    Raises ``ImportError`` naming the extra without torch/transformers, ``ValueError`` naming the id/path
+    when the checkpoint cannot be loaded or has no projection head.
+    """
+
+    name = "colbert"
+
+    def __init__(
+        self,
+        model_name_or_path: str | Path = DEFAULT_COLBERT_ID,
+        *,
+        device: str = "auto",
+        query_max_length: int = 32,
+        doc_max_length: int = 180,
+        batch_tokens: int = 16384,
+        max_batch_size: int = 64,
+        dtype: Any = None,
+    ) -> None:
+        self._torch = require("torch")
+        transformers = require("transformers")
+        folder = resolve_model_dir(model_name_or_path, what="ColBERT checkpoint")
+        self.model_name = str(model_name_or_path)
+        self.device = select_device(device)
+        self.dtype = dtype or select_dtype(self.device)
+        self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
+        projection = load_projection(folder)
+        try:
+            self.encoder = transformers.AutoModel.from_pretrained(str(folder), dtype=self.dtype)
+        except Exception as exc:
+            raise ValueError(f"ColBERT checkpoint {self.model_name!r} could not be loaded: {exc}") from exc
+        self.encoder.to(self.device).eval()
+        hidden = int(self.encoder.config.hidden_size)
+        if projection.shape[1] != hidden:
+            raise ValueError(
+                f"ColBERT checkpoint {self.model_name!r}: projection expects {projection.shape[1]}-d input "
+                f"but the encoder is {hidden}-d"
+            )
+        self.projection = self._torch.from_numpy(projection).to(self.device, self.dtype)  # (out, hidden)
+        self.dim = int(projection.shape[0])
+        # One slot is reserved for the marker token inserted after [CLS].
+        self.query_tokenizer = TextTokenizer.from_dir(folder, query_max_length - 1)
+        self.doc_tokenizer = TextTokenizer.from_dir(folder, doc_max_length - 1)
+        tok = self.doc_tokenizer.tokenizer
+        self._q_marker = tok.token_to_id(QUERY_MARKER)
+        self._d_marker = tok.token_to_id(DOC_MARKER)
+        self._mask_id = tok.token_to_id("[MASK]")
+        self.query_max_length = query_max_length
+        self.truncated = 0
+
+    def _with_marker(self, encoded: Encoded, marker: int | None) -> Encoded:
+        if marker is None:  # vocabulary without ColBERT's reserved tokens: no marker
+            return encoded
+        ids = [[*row[:1], marker, *row[1:]] for row in encoded.ids]
+        types = [[*row[:1], 0, *row[1:]] for row in encoded.type_ids]
+        return Encoded(ids=ids, type_ids=types, truncated=encoded.truncated)
+
+    def _vectors(self, feeds: dict[str, np.ndarray]) -> Any:
+        torch = self._torch
+        inputs = {k: torch.from_numpy(v).to(self.device) for k, v in feeds.items()}
+        with torch.inference_mode():
+            hidden = self.encoder(**inputs).last_hidden_state  # (batch, seq, hidden)
+            projected = hidden @ self.projection.T  # (batch, seq, dim)
+            return torch.nn.functional.normalize(projected.float(), dim=-1)
+
+    def encode_query(self, query: str) -> np.ndarray:
+        """Query token vectors (query_max_length, dim), unit length, [MASK]-augmented."""
+        encoded = self._with_marker(self.query_tokenizer.encode([query]), self._q_marker)
+        ids = encoded.ids[0]
+        if self._mask_id is not None:
+            ids = ids + [self._mask_id] * (self.query_max_length - len(ids))
+        n = len(ids)
+        feeds = {
+            "input_ids": np.asarray([ids], dtype=np.int64),
+            # ColBERT lets the query attend to its [MASK] padding: that is the augmentation.
+            "attention_mask": np.ones((1, n), dtype=np.int64),
+            "token_type_ids": np.zeros((1, n), dtype=np.int64),
+        }
+        return np.asarray(self._vectors(feeds)[0].cpu().numpy())
+
+    def encode_docs(self, texts: list[str]) -> list[np.ndarray]:
+        """Per-document token vectors (tokens_i, dim), unit length, padding removed."""
+        encoded = self._with_marker(self.doc_tokenizer.encode(check_texts(texts)), self._d_marker)
+        self.truncated += sum(encoded.truncated)
+
+        def run(positions: list[int]) -> list[np.ndarray]:
+            feeds = self.doc_tokenizer.pad(encoded, positions)
+            vectors = self._vectors(feeds).cpu().numpy()  # (batch, seq, dim)
+            return [vectors[row, : len(encoded.ids[i])] for row, i in enumerate(positions)]
+
+        return run_batched(encoded.lengths, self.policy, run)
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        """MaxSim of each text against ``query``, in order; ``[]`` for none. ``ValueError`` on non-strings."""
+        if not isinstance(query, str):
+            raise ValueError(f"query must be a str, got {type(query).__name__}")
+        items = check_texts(texts)
+        if not items:
+            return []
+        q = self.encode_query(query)
+        return [maxsim(q, d) for d in self.encode_docs(items)]

