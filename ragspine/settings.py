@@ -52,6 +52,8 @@ class Settings:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     store_dsn: str = ""  # postgresql://... selects the PostgreSQL store; empty = SQLite under data_dir
+    worker_timeout_s: float = 5.0  # cap per front→worker call; the caller's deadline may cut it shorter
+    shutdown_grace_s: float = 10.0  # after SIGTERM, seconds in-flight calls get to finish
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
