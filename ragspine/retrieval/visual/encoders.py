@@ -1,0 +1,269 @@
+"""Page-image and query encoders for late-interaction visual retrieval (ColPali, ColQwen2).
+
+The seam is ``VisualEncoder``: pages in, one ``(n_patches, dim)`` array per page; queries in, one
+``(n_tokens, dim)`` array per query. Rows are L2-normalised float32 and padding is already removed, so
+``maxsim_scores`` can use them directly.
+
+Two loaders sit behind ``ColPaliEncoder`` / ``ColQwen2Encoder``:
+
+- transformers-native (``ColPaliForRetrieval`` / ``ColQwen2ForRetrieval``, ``*-hf`` checkpoints such as
+  ``vidore/colqwen2-v1.0-hf``) — runs on the CPU torch wheel with the PIL image processors;
+- ``colpali_engine`` (adapter checkpoints such as ``vidore/colqwen2-v1.0``) — used when that package
+  imports (it needs torchvision) and the transformers-native load does not apply.
+
+torch / transformers are imported on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "transformers", "colpali_engine")
+DEFAULT_BATCH_SIZE = 4
+
+
+@runtime_checkable
+class VisualEncoder(Protocol):
+    """Multi-vector encoder of page images and text queries into one shared space.
+
+    ``embed_pages(images)`` takes RGB PIL images and returns one float32 ``(n_patches, dim)`` array each;
+    ``embed_queries(texts)`` returns one float32 ``(n_tokens, dim)`` array per query. ``dim`` is the vector
+    width; ``name`` identifies the embedding space (stores refuse to mix names). Both raise ``ValueError``
+    for an empty batch or an unusable item.
+    """
+
+    name: str
+    dim: int
+
+    def embed_pages(self, images: Sequence[Any]) -> list[np.ndarray]: ...
+
+    def embed_queries(self, texts: Sequence[str]) -> list[np.ndarray]: ...
+
+
+def resolve_device(spec: str = "auto") -> str:
+    """``auto``/``cpu``/``cuda``/``cuda:N`` → a torch device string (the project-wide helper when present)."""
+    try:
+        from ragspine.models.device import select_device
+
+        return str(select_device(spec))
+    except ImportError:
+        pass
+    import torch
+
+    name = (spec or "auto").strip().lower()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return name
+    if not name.startswith("cuda"):
+        raise ValueError(f"unknown device {spec!r}; choose one of auto, cpu, cuda, cuda:N")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {spec!r} was requested but CUDA is not available; use 'cpu' or 'auto'")
+    return name
+
+
+def _resolve_dtype(dtype: Any, device: str) -> Any:
+    import torch
+
+    if dtype is None:
+        # bf16 halves GPU memory with no retrieval loss reported for ColPali; CPUs stay in fp32 for speed.
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if isinstance(dtype, str):
+        resolved = getattr(torch, dtype, None)
+        if not isinstance(resolved, torch.dtype):
+            raise ValueError(f"unknown torch dtype {dtype!r}; use e.g. 'float32', 'bfloat16', 'float16'")
+        return resolved
+    return dtype
+
+
+def colpali_engine_available() -> bool:
+    """True when ``colpali_engine`` imports (it needs a torchvision that matches the installed torch)."""
+    try:
+        import colpali_engine.models  # noqa: F401
+    except Exception:  # a broken torchvision raises RuntimeError, not ImportError
+        return False
+    return True
+
+
+class _LateInteractionEncoder:
+    """Shared loading and batching; subclasses name the model family and its classes."""
+
+    family = ""
+    model: Any
+    processor: Any
+
+    def __init__(
+        self,
+        model_name_or_path: str | Path,
+        *,
+        device: str = "auto",
+        dtype: Any = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        backend: str = "auto",
+    ) -> None:
+        if not str(model_name_or_path).strip():
+            raise ValueError(f"{type(self).__name__} needs a model id or a local model directory")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        self.model_name_or_path = str(model_name_or_path)
+        self.device = resolve_device(device)
+        self.torch_dtype = _resolve_dtype(dtype, self.device)
+        self.batch_size = batch_size
+        self.backend = self._load(backend)
+        self.model.eval()
+        local = Path(self.model_name_or_path)
+        label = local.name if local.is_dir() else self.model_name_or_path
+        self.name = f"{self.family}:{label}"
+        self.dim = int(self._embedding_dim())
+
+    # -- loading ---------------------------------------------------------------------------------------
+    def _load(self, backend: str) -> str:
+        if backend in ("auto", "transformers"):
+            try:
+                self._load_transformers()
+                return "transformers"
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                if backend == "transformers" or not colpali_engine_available():
+                    raise ValueError(
+                        f"could not load {self.family} model {self.model_name_or_path!r} with transformers "
+                        f"({type(exc).__name__}: {exc}); expected a '-hf' checkpoint (e.g. "
+                        f"{self.default_model_hint()}) or install colpali-engine for adapter checkpoints"
+                    ) from exc
+                logger.info("transformers load failed (%s); trying colpali_engine", exc)
+        if not colpali_engine_available():
+            raise ValueError("backend 'colpali_engine' requested but colpali_engine does not import here")
+        self._load_colpali_engine()
+        return "colpali_engine"
+
+    def _load_transformers(self) -> None:
+        raise NotImplementedError
+
+    def _load_colpali_engine(self) -> None:
+        raise NotImplementedError
+
+    def default_model_hint(self) -> str:
+        return ""
+
+    def _embedding_dim(self) -> int:
+        config = getattr(self.model, "config", None)
+        dim = getattr(config, "embedding_dim", None) or getattr(self.model, "dim", None)
+        if not dim:
+            raise ValueError(f"model {self.model_name_or_path!r} does not declare an embedding_dim")
+        return int(dim)
+
+    # -- encoding --------------------------------------------------------------------------------------
+    def _forward(self, batch: Any) -> list[np.ndarray]:
+        import torch
+
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+        if "pixel_values" in inputs:
+            inputs["pixel_values"] = inputs["pixel_values"].to(self.torch_dtype)
+        with torch.inference_mode():
+            output = self.model(**inputs)
+        embeddings = getattr(output, "embeddings", output)  # (batch, seq, dim)
+        mask = inputs["attention_mask"].bool()  # (batch, seq)
+        # Padding rows are zero vectors; dropping them keeps MaxSim sums over real tokens only.
+        return [embeddings[i][mask[i]].float().cpu().numpy() for i in range(embeddings.shape[0])]
+
+    def embed_pages(self, images: Sequence[Any]) -> list[np.ndarray]:
+        """Embed page images; one float32 ``(n_patches, dim)`` array per image, in input order.
+
+        Raises ``ValueError`` for an empty list or an item that is not a PIL image.
+        """
+        if len(images) == 0:
+            raise ValueError("embed_pages needs at least one image")
+        for i, image in enumerate(images):
+            if not hasattr(image, "convert") or not hasattr(image, "size"):
+                raise ValueError(f"item {i} is {type(image).__name__}, not a PIL image")
+        out: list[np.ndarray] = []
+        for start in range(0, len(images), self.batch_size):
+            chunk = [image.convert("RGB") for image in images[start : start + self.batch_size]]
+            out.extend(self._forward(self.processor.process_images(chunk)))
+        return out
+
+    def embed_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Embed queries: one float32 ``(n_tokens, dim)`` array each (prefix and augmentation tokens kept).
+
+        Raises ``ValueError`` for an empty list or a blank / non-string query.
+        """
+        if len(texts) == 0:
+            raise ValueError("embed_queries needs at least one query")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"query {i} is empty or not a string")
+        out: list[np.ndarray] = []
+        for start in range(0, len(texts), self.batch_size):
+            chunk = list(texts[start : start + self.batch_size])
+            out.extend(self._forward(self.processor.process_queries(chunk)))
+        return out
+
+
+class ColQwen2Encoder(_LateInteractionEncoder):
+    """ColQwen2 (Qwen2-VL backbone, dynamic resolution, 128-d vectors) from a model id or local directory.
+
+    ``device``: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``; ``dtype``: torch dtype or its name (default
+    bf16 on CUDA, fp32 on CPU). Raises ``ValueError`` when the model cannot be loaded.
+    """
+
+    family = "colqwen2"
+
+    def default_model_hint(self) -> str:
+        return "vidore/colqwen2-v1.0-hf"
+
+    def _load_transformers(self) -> None:
+        from transformers import ColQwen2ForRetrieval, ColQwen2Processor
+
+        self.processor = ColQwen2Processor.from_pretrained(self.model_name_or_path)
+        self.model = ColQwen2ForRetrieval.from_pretrained(
+            self.model_name_or_path, dtype=self.torch_dtype
+        )
+        self.model.to(self.device)
+
+    def _load_colpali_engine(self) -> None:
+        from colpali_engine.models import ColQwen2, ColQwen2Processor
+
+        self.processor = ColQwen2Processor.from_pretrained(self.model_name_or_path)
+        self.model = ColQwen2.from_pretrained(
+            self.model_name_or_path, torch_dtype=self.torch_dtype, device_map=self.device
+        )
+
+
+class ColPaliEncoder(_LateInteractionEncoder):
+    """ColPali (PaliGemma backbone, 448 px, 1,024 patches + prompt tokens, 128-d vectors).
+
+    Same arguments and failure modes as ``ColQwen2Encoder``.
+    """
+
+    family = "colpali"
+
+    def default_model_hint(self) -> str:
+        return "vidore/colpali-v1.3-hf"
+
+    def _load_transformers(self) -> None:
+        from transformers import ColPaliForRetrieval, ColPaliProcessor
+
+        self.processor = ColPaliProcessor.from_pretrained(self.model_name_or_path)
+        self.model = ColPaliForRetrieval.from_pretrained(
+            self.model_name_or_path, dtype=self.torch_dtype
+        )
+        self.model.to(self.device)
+
+    def _load_colpali_engine(self) -> None:
+        from colpali_engine.models import ColPali, ColPaliProcessor
+
+        self.processor = ColPaliProcessor.from_pretrained(self.model_name_or_path)
+        self.model = ColPali.from_pretrained(
+            self.model_name_or_path, torch_dtype=self.torch_dtype, device_map=self.device
+        )

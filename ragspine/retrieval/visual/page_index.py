@@ -1,0 +1,158 @@
+"""Visual page index: embed allowed pages once, persist their vectors, answer queries with page leads.
+
+A lead names a page (doc_id, page, locator) and its MaxSim score; it carries no text and is never a
+citable fact. RESTRICTED pages are dropped here, at index construction: they are not handed to the
+encoder, not stored, and so can never be scored. The store is the source of truth; a new index over an
+existing store re-hydrates every page without re-embedding.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ragspine.retrieval.constants import is_restricted
+from ragspine.retrieval.visual.encoders import VisualEncoder
+from ragspine.retrieval.visual.maxsim import maxsim_scores, pad_pages
+from ragspine.retrieval.visual.page_store import StoredPage, VisualPageStore
+from ragspine.retrieval.visual.pages import PageRecord
+
+Scorer = Callable[..., np.ndarray]
+PagePredicate = Callable[[StoredPage], bool]
+
+
+@dataclass(frozen=True)
+class PageLead:
+    """One visual hit: a page reference and its MaxSim score (higher is better). No text, by design."""
+
+    doc_id: str
+    page: int
+    locator: str
+    score: float
+    library: str = ""
+
+
+class VisualPageIndex:
+    """Late-interaction page retrieval over ``store`` with ``encoder``.
+
+    ``scorer`` is the MaxSim function (``maxsim_scores`` by default; injectable for tests and for a
+    remote scorer). ``device`` is passed to the scorer. Raises ``ValueError`` when the store already holds
+    pages embedded by a different encoder (mixing embedding spaces would rank silently wrong).
+    """
+
+    def __init__(
+        self,
+        store: VisualPageStore,
+        encoder: VisualEncoder,
+        *,
+        scorer: Scorer = maxsim_scores,
+        device: str = "auto",
+    ) -> None:
+        self.store = store
+        self.encoder = encoder
+        self._scorer = scorer
+        self._device = device
+        self._lock = threading.Lock()
+        self._pages: list[StoredPage] = []
+        self._padded: tuple[np.ndarray, np.ndarray] | None = None
+        self.last_dropped_restricted = 0
+        self._reload()
+
+    def _reload(self) -> None:
+        pages = [p for p in self.store.load() if not is_restricted(p.sensitivity)]
+        foreign = sorted({p.encoder for p in pages if p.encoder != self.encoder.name})
+        if foreign:
+            raise ValueError(
+                f"store {self.store.db_path!r} holds pages embedded by {foreign}, not {self.encoder.name!r}; "
+                "use a separate store per encoder or re-index"
+            )
+        with self._lock:
+            self._pages = pages
+            self._padded = None
+
+    def __len__(self) -> int:
+        return len(self._pages)
+
+    def add_pages(self, records: Sequence[PageRecord]) -> int:
+        """Embed and store ``records``; returns how many pages were indexed.
+
+        RESTRICTED pages are skipped before anything reaches the encoder (their count is in
+        ``last_dropped_restricted``). Raises ``ValueError`` — with nothing embedded or stored — when a
+        non-RESTRICTED record has no image, a blank doc_id or a page number below 1.
+        """
+        allowed = [r for r in records if not is_restricted(r.sensitivity)]
+        self.last_dropped_restricted = len(records) - len(allowed)
+        for record in allowed:
+            if not record.doc_id.strip():
+                raise ValueError("a page record has an empty doc_id")
+            if record.page < 1:
+                raise ValueError(f"page numbers are 1-based; {record.doc_id!r} has page {record.page}")
+            if record.image is None:
+                raise ValueError(f"page {record.locator} has no rendered image to embed")
+        if not allowed:
+            return 0
+        vectors = self.encoder.embed_pages([r.image for r in allowed])
+        if len(vectors) != len(allowed):
+            raise ValueError(f"encoder returned {len(vectors)} pages for {len(allowed)} images")
+        written = self.store.put_pages(allowed, vectors, encoder=self.encoder.name)
+        self._reload()
+        return written
+
+    def remove_doc(self, doc_id: str, *, library: str | None = None) -> int:
+        """Drop every page of ``doc_id`` from the store and the index; returns the pages removed."""
+        removed = self.store.delete_doc(doc_id, library=library)
+        self._reload()
+        return removed
+
+    def _padded_pages(self) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            if self._padded is None:
+                self._padded = pad_pages([p.vectors for p in self._pages], dtype=np.float16)
+            return self._padded
+
+    def _candidates(self, allowed: PagePredicate | Collection[str] | None) -> list[int]:
+        if allowed is None:
+            return list(range(len(self._pages)))
+        if callable(allowed):
+            return [i for i, p in enumerate(self._pages) if allowed(p)]
+        if isinstance(allowed, str):
+            raise ValueError("allowed must be a collection of page locators or a predicate, not one string")
+        wanted = set(allowed)
+        return [i for i, p in enumerate(self._pages) if p.locator in wanted]
+
+    def search(
+        self, query: str, *, k: int = 10, allowed: PagePredicate | Collection[str] | None = None
+    ) -> list[PageLead]:
+        """The ``k`` best pages for ``query``, best first (ties by locator), as text-free leads.
+
+        ``allowed`` restricts scoring to the pages the caller may see: a collection of page locators or
+        a predicate on ``StoredPage`` (doc_id, page, library, metadata, sensitivity). Pages outside it are
+        never scored. Raises ``ValueError`` for a blank query or ``k < 1``.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if not self._pages:
+            return []
+        candidates = self._candidates(allowed)
+        if not candidates:
+            return []
+        query_vecs = self.encoder.embed_queries([query])[0]  # (q, d)
+        pages, mask = self._padded_pages()  # (n, p, d), (n, p)
+        if len(candidates) < len(self._pages):
+            index = np.asarray(candidates)
+            pages, mask = pages[index], mask[index]
+        scores: Any = self._scorer(query_vecs, pages, mask, device=self._device)
+        ranked = sorted(
+            range(len(candidates)), key=lambda j: (-float(scores[j]), self._pages[candidates[j]].locator)
+        )
+        leads = []
+        for j in ranked[:k]:
+            page = self._pages[candidates[j]]
+            leads.append(PageLead(page.doc_id, page.page, page.locator, float(scores[j]), page.library))
+        return leads
