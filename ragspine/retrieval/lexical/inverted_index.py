@@ -1,0 +1,577 @@
+"""An incremental inverted index whose scores equal the reference ``bm25_scores`` exactly.
+
+A query touches only the postings of its own terms, never every document. Documents can be added,
+replaced and withdrawn while the index serves.
+
+Layout
+------
+- Every document lives in a *slot* (an integer). Slots are handed out in increasing order; replacing a
+  key gives it a fresh slot and marks the old one dead. ``alive`` (bool per slot) and ``doclen`` (token
+  count per slot) are numpy arrays; ``N`` and the total length of live documents are kept exactly.
+- Postings live in immutable *segments*: CSR arrays (sorted term ids, offsets, slot int32, tf uint16 or
+  uint32), slots ascending within a term. Every write adds one segment and then merges the newest
+  segments binary-counter style (a segment is merged into its older neighbour once it is at least as
+  big), so there are O(log n) segments and each posting is copied O(log n) times. Merging drops dead
+  postings. When dead slots outnumber live ones everything is merged into one segment and slots are
+  renumbered densely, so memory follows the live set.
+- Document frequency is never stored: ``df`` of a term is the number of its live postings, counted when
+  the term is first scored after a write. Per-term BM25 contributions over the whole live corpus are
+  cached (float64, bounded by ``cache_postings``) and the cache is dropped on every write, because N
+  and avgdl move with every change.
+- A query concatenates its terms' (slot, contribution) arrays, sums them with ``np.bincount`` into one
+  float64 score per slot, selects the top k with ``argpartition`` and orders the winners by
+  ``(-score, key)``.
+
+Query-term rule: every occurrence in the query counts (the same rule as ``bm25_scores``): a term that
+appears twice contributes twice.
+
+Concurrency: ``search``, ``score_keys``, ``mask``, ``slot``, ``key``, ``len`` and ``in`` may run
+concurrently with each other from many threads. Writes (``add*``, ``remove*``) must be serialised by the
+caller and must not overlap reads (for example behind a readers-writer lock). Slot numbers and masks
+are valid until the next write: a write may renumber slots, so build masks after the last write.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from ragspine.retrieval.constants import DEFAULT_BM25_B, DEFAULT_BM25_K1
+from ragspine.retrieval.lexical.bm25 import validate_bm25_params
+
+# Token budget of one indexing batch inside add_many: bounds the transient numpy arrays (~50 bytes
+# per token) while keeping batches large enough for vectorised work to dominate.
+_BATCH_TOKENS = 1 << 21
+_DEFAULT_CACHE_POSTINGS = 1 << 23  # ~8M cached postings, ~14 bytes each
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Immutable postings of a set of documents, CSR by term.
+
+    ``terms`` (int64, ascending) are the term ids present; the postings of ``terms[i]`` are
+    ``slots[indptr[i]:indptr[i + 1]]`` (int32, ascending) with term frequencies ``tf`` at the same places.
+    """
+
+    terms: np.ndarray  # (n_terms,) int64
+    indptr: np.ndarray  # (n_terms + 1,) int64
+    slots: np.ndarray  # (nnz,) int32
+    tf: np.ndarray  # (nnz,) uint16 or uint32
+
+    @property
+    def nnz(self) -> int:
+        return int(self.slots.shape[0])
+
+    def term_of_posting(self) -> np.ndarray:
+        """Term id of every posting, (nnz,) int64."""
+        return np.repeat(self.terms, np.diff(self.indptr))
+
+
+@dataclass(frozen=True)
+class _TermPostings:
+    """Live postings of one term across all segments plus their full-corpus BM25 contributions."""
+
+    slots: np.ndarray  # (df,) int32
+    tf: np.ndarray  # (df,) float64
+    contrib: np.ndarray  # (df,) float64
+
+
+def _compact_tf(tf: np.ndarray) -> np.ndarray:
+    """Smallest unsigned dtype holding every term frequency (chunks rarely repeat a token 65k times)."""
+    if tf.size == 0 or int(tf.max()) <= np.iinfo(np.uint16).max:
+        return tf.astype(np.uint16, copy=False)
+    return tf.astype(np.uint32, copy=False)
+
+
+def _segment_from_pairs(terms: np.ndarray, slots: np.ndarray, tf: np.ndarray) -> _Segment:
+    """Build a segment from postings already sorted by (term, slot)."""
+    # ``terms`` is sorted, so each run's start is where the value changes.
+    starts = np.flatnonzero(terms[1:] != terms[:-1]) + 1
+    indptr = np.empty(starts.shape[0] + 2 if terms.shape[0] else 1, dtype=np.int64)
+    if terms.shape[0]:
+        indptr[0] = 0
+        indptr[1:-1] = starts
+    indptr[-1] = terms.shape[0]
+    present = terms[indptr[:-1]]
+    return _Segment(
+        terms=present.astype(np.int64, copy=False),
+        indptr=indptr,
+        slots=slots.astype(np.int32, copy=False),
+        tf=_compact_tf(tf),
+    )
+
+
+def _merge_segments(segments: Sequence[_Segment], alive: np.ndarray, remap: np.ndarray | None) -> _Segment:
+    """Merge segments (oldest first), dropping postings of dead slots and optionally renumbering slots.
+
+    Slots grow with time, so concatenating oldest-first and stably sorting by term keeps slots ascending
+    within every term; each input is already term-sorted, so the stable sort only merges sorted runs.
+    """
+    terms_parts, slots_parts, tf_parts = [], [], []
+    for seg in segments:
+        keep = alive[seg.slots]
+        terms_parts.append(seg.term_of_posting()[keep])
+        slots_parts.append(seg.slots[keep])
+        tf_parts.append(seg.tf[keep].astype(np.uint32, copy=False))
+    terms = np.concatenate(terms_parts)
+    order = np.argsort(terms, kind="stable")
+    slots = np.concatenate(slots_parts)[order]
+    if remap is not None:
+        slots = remap[slots]
+    return _segment_from_pairs(terms[order], slots, np.concatenate(tf_parts)[order])
+
+
+def _validate_key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"index keys must be non-empty strings, got {key!r}")
+    return key
+
+
+def _validate_tokens(key: str, tokens: object) -> Sequence[str]:
+    if isinstance(tokens, str | bytes):
+        raise ValueError(
+            f"tokens for {key!r} must be a sequence of token strings, not a single {type(tokens).__name__}; "
+            "tokenize the text first"
+        )
+    if isinstance(tokens, list | tuple):
+        return tokens
+    try:
+        return list(tokens)  # type: ignore[call-overload]
+    except TypeError:
+        raise ValueError(
+            f"tokens for {key!r} must be a sequence of token strings, got {type(tokens).__name__}"
+        ) from None
+
+
+def _validate_query(query_tokens: object) -> Sequence[str]:
+    if isinstance(query_tokens, str | bytes):
+        raise ValueError(
+            "query_tokens must be a sequence of token strings, not a single string; tokenize first"
+        )
+    if isinstance(query_tokens, list | tuple):
+        return query_tokens
+    try:
+        return list(query_tokens)  # type: ignore[call-overload]
+    except TypeError:
+        raise ValueError(
+            f"query_tokens must be a sequence of token strings, got {type(query_tokens).__name__}"
+        ) from None
+
+
+def _bm25_weights(
+    tf: np.ndarray, doclen: np.ndarray, idf: float, avgdl: float, k1: float, b: float
+) -> np.ndarray:
+    """Per-posting BM25 term weight, evaluated in the same operation order as ``bm25_scores``."""
+    norm = k1 * ((1.0 - b) + (b * doclen) / avgdl)
+    result: np.ndarray = ((idf * tf) * (k1 + 1.0)) / (tf + norm)
+    return result
+
+
+class InvertedIndex:
+    """Okapi BM25 over an incrementally maintained set of token lists, each stored under a string key.
+
+    Scores equal ``bm25_scores`` over the live documents (or over an ``allowed`` subset of them), with
+    the same ``k1``/``b`` and the same query-term rule, up to float64 summation order (about 1e-15
+    relative). Results are ordered by ``(-score, key)``, so ties are deterministic.
+
+    Raises ``ValueError`` when ``k1 < 0``, ``b`` is outside ``[0, 1]`` or ``cache_postings < 0``.
+    """
+
+    def __init__(
+        self,
+        *,
+        k1: float = DEFAULT_BM25_K1,
+        b: float = DEFAULT_BM25_B,
+        cache_postings: int = _DEFAULT_CACHE_POSTINGS,
+    ) -> None:
+        validate_bm25_params(k1, b)
+        if not isinstance(cache_postings, int) or cache_postings < 0:
+            raise ValueError(f"cache_postings must be an integer >= 0, got {cache_postings!r}")
+        self._k1 = float(k1)
+        self._b = float(b)
+        self._cache_limit = cache_postings
+        self._vocab: dict[str, int] = {}
+        self._slot_of: dict[str, int] = {}
+        self._keys: list[str | None] = []  # slot -> key; None once the slot is dead
+        self._alive = np.zeros(0, dtype=bool)  # backing store, grown geometrically; valid [:n_slots]
+        self._doclen = np.zeros(0, dtype=np.int64)
+        self._n_live = 0
+        self._total_len = 0  # exact sum of live document lengths
+        self._segments: list[_Segment] = []
+        self._cache: dict[int, _TermPostings] = {}
+        self._cache_size = 0
+        self._cache_lock = threading.Lock()
+
+    # ----------------------------------------------------------------- inspection
+    @property
+    def k1(self) -> float:
+        return self._k1
+
+    @property
+    def b(self) -> float:
+        return self._b
+
+    def __len__(self) -> int:
+        """Number of live documents."""
+        return self._n_live
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._slot_of
+
+    @property
+    def capacity(self) -> int:
+        """Number of slots, live or dead: the length every mask must have."""
+        return len(self._keys)
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Number of distinct terms ever indexed (terms are not forgotten when documents go)."""
+        return len(self._vocab)
+
+    def slot(self, key: str) -> int:
+        """Slot of a live key. Raises ``KeyError`` when the key is not in the index."""
+        try:
+            return self._slot_of[key]
+        except KeyError:
+            raise KeyError(f"key {key!r} is not in the index") from None
+
+    def key(self, slot: int) -> str:
+        """Key stored in a live slot. Raises ``KeyError`` for a dead or out-of-range slot."""
+        if isinstance(slot, int | np.integer) and 0 <= slot < len(self._keys):
+            found = self._keys[slot]
+            if found is not None:
+                return found
+        raise KeyError(f"slot {slot!r} holds no live document (capacity {len(self._keys)})")
+
+    def mask(self, keys: Iterable[str]) -> np.ndarray:
+        """Boolean array of length ``capacity``, True at the slots of the given keys that are live.
+
+        Keys not in the index are ignored, so a filter naming withdrawn documents only narrows.
+        """
+        out = np.zeros(len(self._keys), dtype=bool)
+        slot_of = self._slot_of
+        slots = [slot_of[k] for k in keys if k in slot_of]
+        if slots:
+            out[np.asarray(slots, dtype=np.int64)] = True
+        return out
+
+    # ----------------------------------------------------------------- writes
+    def add(self, key: str, tokens: Sequence[str]) -> None:
+        """Index ``tokens`` under ``key``, replacing the key's previous document if any.
+
+        Raises ``ValueError`` for an empty/non-string key or tokens that are not a sequence of strings;
+        the index is then unchanged.
+        """
+        self.add_many([(key, tokens)])
+
+    def add_many(self, items: Iterable[tuple[str, Sequence[str]]]) -> None:
+        """Index many ``(key, tokens)`` pairs at once (vectorised; far faster than repeated ``add``).
+
+        Existing keys are replaced; when a key repeats inside ``items`` the last pair wins. The whole call
+        is validated before anything changes: on ``ValueError`` no stored document is added, replaced or
+        lost (new terms may remain in the vocabulary, which changes no score).
+        """
+        latest: dict[str, Sequence[str]] = {}
+        for item in items:
+            if not isinstance(item, tuple | list) or len(item) != 2:
+                raise ValueError(f"add_many expects (key, tokens) pairs, got {item!r:.80}")
+            key = _validate_key(item[0])
+            latest.pop(key, None)  # a repeated key moves to its last position
+            latest[key] = _validate_tokens(key, item[1])
+        if not latest:
+            return
+        base = len(self._keys)
+        pieces: list[_Segment] = []
+        lengths: list[int] = []
+        batch_keys: list[str] = []
+        batch_docs: list[Sequence[str]] = []
+        batch_tokens = 0
+        for key, tokens in latest.items():
+            batch_keys.append(key)
+            batch_docs.append(tokens)
+            batch_tokens += len(tokens)
+            if batch_tokens >= _BATCH_TOKENS:
+                pieces.append(self._build_piece(batch_keys, batch_docs, base + len(lengths), lengths))
+                batch_keys, batch_docs, batch_tokens = [], [], 0
+        if batch_keys:
+            pieces.append(self._build_piece(batch_keys, batch_docs, base + len(lengths), lengths))
+        # Everything is validated and built: commit.
+        for key in latest:
+            self._kill(key)
+        self._append_slots(list(latest), lengths)
+        for piece in pieces:
+            if piece.nnz:
+                self._segments.append(piece)
+                self._merge_tail()
+        self._after_write()
+
+    def remove(self, key: str) -> bool:
+        """Withdraw ``key``. Returns False (and changes nothing) when it was not in the index."""
+        return self.remove_many([key]) == 1
+
+    def remove_many(self, keys: Iterable[str]) -> int:
+        """Withdraw every given key that is present; returns how many were removed."""
+        removed = sum(1 for key in keys if self._kill(key))
+        if removed:
+            self._after_write()
+        return removed
+
+    def _build_piece(
+        self, keys: list[str], docs: list[Sequence[str]], first_slot: int, lengths: list[int]
+    ) -> _Segment:
+        """Turn a batch of token lists into a segment whose slots start at ``first_slot``.
+
+        Appends each document's token count to ``lengths``. Raises ``ValueError`` naming the document
+        when a token is not a string.
+        """
+        vocab = self._vocab
+        flat = list(chain.from_iterable(docs))
+        unseen: set[Any]  # may hold non-strings until validated below
+        try:
+            unseen = set(flat).difference(vocab)
+        except TypeError:
+            unseen = {None}  # an unhashable token: let the per-document scan below name it
+        if any(not isinstance(t, str) for t in unseen):
+            for key, doc in zip(keys, docs, strict=True):
+                bad = next((t for t in doc if not isinstance(t, str)), None)
+                if bad is not None:
+                    raise ValueError(f"tokens for {key!r} must all be strings, found {bad!r:.80}")
+        for term in unseen:
+            vocab[term] = len(vocab)
+        n_docs = len(docs)
+        doc_lengths = np.fromiter(map(len, docs), dtype=np.int64, count=n_docs)
+        lengths.extend(doc_lengths.tolist())
+        term_ids = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
+        local = np.repeat(np.arange(n_docs, dtype=np.int64), doc_lengths)
+        # One int64 per (term, doc) pair; sorting it yields CSR order and counting it yields tf.
+        pair, tf = np.unique(term_ids * n_docs + local, return_counts=True)
+        terms = pair // n_docs
+        slots = first_slot + (pair - terms * n_docs)
+        return _segment_from_pairs(terms, slots, tf)
+
+    def _append_slots(self, keys: list[str], lengths: list[int]) -> None:
+        start = len(self._keys)
+        need = start + len(keys)
+        if need > self._alive.shape[0]:
+            size = max(need, 2 * self._alive.shape[0], 1024)
+            alive = np.zeros(size, dtype=bool)
+            alive[:start] = self._alive[:start]
+            doclen = np.zeros(size, dtype=np.int64)
+            doclen[:start] = self._doclen[:start]
+            self._alive, self._doclen = alive, doclen
+        self._alive[start:need] = True
+        self._doclen[start:need] = lengths
+        for offset, key in enumerate(keys):
+            self._slot_of[key] = start + offset
+        self._keys.extend(keys)
+        self._n_live += len(keys)
+        self._total_len += sum(lengths)
+
+    def _kill(self, key: str) -> bool:
+        slot = self._slot_of.pop(key, None)
+        if slot is None:
+            return False
+        self._alive[slot] = False
+        self._keys[slot] = None
+        self._n_live -= 1
+        self._total_len -= int(self._doclen[slot])
+        return True
+
+    def _merge_tail(self) -> None:
+        """Binary-counter merging: fold the newest segment into its neighbour while it is as big."""
+        segs = self._segments
+        alive = self._alive
+        while len(segs) > 1 and segs[-2].nnz <= segs[-1].nnz:
+            merged = _merge_segments(segs[-2:], alive, None)
+            del segs[-2:]
+            segs.append(merged)
+
+    def _after_write(self) -> None:
+        n_slots = len(self._keys)
+        if n_slots - self._n_live > self._n_live:
+            self._compact()
+        # New N / avgdl / df: every cached contribution is stale.
+        with self._cache_lock:
+            self._cache = {}
+            self._cache_size = 0
+
+    def _compact(self) -> None:
+        """Drop dead slots: one segment of live postings, slots renumbered densely in the same order."""
+        n_slots = len(self._keys)
+        alive = self._alive[:n_slots]
+        remap = (np.cumsum(alive, dtype=np.int64) - 1).astype(np.int32)
+        merged = [_merge_segments(self._segments, alive, remap)] if self._segments else []
+        self._segments = [seg for seg in merged if seg.nnz]
+        live_keys = [k for k in self._keys if k is not None]
+        doclen = self._doclen[:n_slots][alive]
+        self._keys = list(live_keys)
+        self._slot_of = {k: i for i, k in enumerate(live_keys)}
+        size = max(len(live_keys), 1024)
+        self._alive = np.zeros(size, dtype=bool)
+        self._alive[: len(live_keys)] = True
+        self._doclen = np.zeros(size, dtype=np.int64)
+        self._doclen[: len(live_keys)] = doclen
+
+    # ----------------------------------------------------------------- reads
+    def search(
+        self,
+        query_tokens: Sequence[str],
+        k: int | None = None,
+        *,
+        allowed: np.ndarray | None = None,
+    ) -> list[tuple[str, float]]:
+        """Top documents for the query as ``(key, score)``, score > 0, ordered by ``(-score, key)``.
+
+        ``k`` caps the number of results (``None`` = every matching document). With ``allowed`` (a bool
+        array of length ``capacity``, e.g. from ``mask``), N, avgdl and df are computed over the allowed
+        live documents only, so the scores equal ``bm25_scores`` over exactly that subset; without it
+        they are over all live documents.
+
+        Raises ``ValueError`` when ``k`` is negative or not an int, when ``query_tokens`` is a string,
+        or when ``allowed`` is not a bool array of length ``capacity``.
+        """
+        if k is not None and (not isinstance(k, int | np.integer) or isinstance(k, bool) or k < 0):
+            raise ValueError(f"k must be None or an integer >= 0, got {k!r}")
+        scores = self._scores(_validate_query(query_tokens), allowed)
+        if scores is None or k == 0:
+            return []
+        return self._top(scores, None if k is None else int(k))
+
+    def score_keys(self, query_tokens: Sequence[str], keys: Sequence[str]) -> list[float]:
+        """BM25 score (full live corpus statistics) of each given key, in order; 0.0 when no term matches.
+
+        Raises ``KeyError`` naming the first key that is not in the index, ``ValueError`` when
+        ``query_tokens`` is a string.
+        """
+        slots = [self.slot(key) for key in keys]
+        scores = self._scores(_validate_query(query_tokens), None)
+        if scores is None:
+            return [0.0] * len(slots)
+        values: list[float] = scores[np.asarray(slots, dtype=np.int64)].tolist()
+        return values
+
+    def _check_allowed(self, allowed: object) -> np.ndarray:
+        n_slots = len(self._keys)
+        if not isinstance(allowed, np.ndarray) or allowed.dtype != np.bool_ or allowed.shape != (n_slots,):
+            got = (
+                f"{allowed.dtype} array of shape {allowed.shape}"
+                if isinstance(allowed, np.ndarray)
+                else type(allowed).__name__
+            )
+            raise ValueError(
+                f"allowed must be a bool array of length capacity={n_slots}, got {got}; "
+                "masks go stale after a write, so build it with mask() after the last write"
+            )
+        return allowed
+
+    def _scores(self, query_tokens: Sequence[str], allowed: object) -> np.ndarray | None:
+        """Dense float64 scores per slot, or None when nothing can match."""
+        n_slots = len(self._keys)
+        vocab = self._vocab
+        try:
+            counts = Counter(query_tokens)
+        except TypeError:
+            raise ValueError("query_tokens must be hashable token strings") from None
+        query = [(vocab[t], c) for t, c in counts.items() if t in vocab]
+        subset = np.zeros(0, dtype=bool)
+        if allowed is not None:
+            subset = self._check_allowed(allowed) & self._alive[:n_slots]
+        if not query or self._n_live == 0:
+            return None
+        slots_parts: list[np.ndarray] = []
+        weight_parts: list[np.ndarray] = []
+        if allowed is None:
+            for term, count in query:
+                postings = self._postings(term)
+                if postings.slots.shape[0]:
+                    slots_parts.append(postings.slots)
+                    weight_parts.append(postings.contrib if count == 1 else postings.contrib * count)
+        else:
+            n_sub = int(np.count_nonzero(subset))
+            if n_sub == 0:
+                return None
+            avgdl = int(self._doclen[:n_slots][subset].sum()) / n_sub
+            for term, count in query:
+                postings = self._postings(term)
+                keep = subset[postings.slots]
+                df = int(np.count_nonzero(keep))
+                if df == 0:
+                    continue
+                slots = postings.slots[keep]
+                idf = math.log(1.0 + (n_sub - df + 0.5) / (df + 0.5))
+                weights = _bm25_weights(postings.tf[keep], self._doclen[slots], idf, avgdl, self._k1, self._b)
+                slots_parts.append(slots)
+                weight_parts.append(weights if count == 1 else weights * count)
+        if not slots_parts:
+            return None
+        if len(slots_parts) == 1:
+            scores = np.zeros(n_slots, dtype=np.float64)
+            scores[slots_parts[0]] = weight_parts[0]  # slots are unique within one term
+            return scores
+        return np.bincount(
+            np.concatenate(slots_parts), weights=np.concatenate(weight_parts), minlength=n_slots
+        )
+
+    def _postings(self, term: int) -> _TermPostings:
+        """Live postings of ``term`` with full-corpus contributions, from the cache when possible."""
+        cache = self._cache
+        hit = cache.get(term)
+        if hit is not None:
+            return hit
+        slot_parts, tf_parts = [], []
+        for seg in self._segments:
+            i = int(np.searchsorted(seg.terms, term))
+            if i < seg.terms.shape[0] and seg.terms[i] == term:
+                lo, hi = seg.indptr[i], seg.indptr[i + 1]
+                slot_parts.append(seg.slots[lo:hi])
+                tf_parts.append(seg.tf[lo:hi])
+        if not slot_parts:
+            slots = np.zeros(0, dtype=np.int32)
+            tf = np.zeros(0, dtype=np.float64)
+        else:
+            slots = np.concatenate(slot_parts) if len(slot_parts) > 1 else slot_parts[0]
+            tf = (np.concatenate(tf_parts) if len(tf_parts) > 1 else tf_parts[0]).astype(np.float64)
+            keep = self._alive[slots]
+            if not keep.all():
+                slots, tf = slots[keep], tf[keep]
+        df = int(slots.shape[0])
+        if df:
+            n = self._n_live
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            contrib = _bm25_weights(tf, self._doclen[slots], idf, self._total_len / n, self._k1, self._b)
+        else:
+            contrib = np.zeros(0, dtype=np.float64)
+        entry = _TermPostings(slots=slots, tf=tf, contrib=contrib)
+        if df <= self._cache_limit:
+            with self._cache_lock:
+                if cache is self._cache:  # not invalidated meanwhile
+                    self._cache_size += df
+                    while self._cache_size > self._cache_limit and cache:
+                        oldest = next(iter(cache))
+                        self._cache_size -= cache.pop(oldest).slots.shape[0]
+                    cache[term] = entry
+        return entry
+
+    def _top(self, scores: np.ndarray, k: int | None) -> list[tuple[str, float]]:
+        candidates = np.flatnonzero(scores > 0.0)
+        if k is not None and candidates.shape[0] > k:
+            values = scores[candidates]
+            cut = candidates.shape[0] - k
+            kth = values[np.argpartition(values, cut)[cut]]
+            # Keep everything tied with the k-th score so the key order decides among them.
+            candidates = candidates[values >= kth]
+        keys = self._keys
+        ranked = sorted(
+            zip(scores[candidates].tolist(), candidates.tolist(), strict=True),
+            key=lambda pair: (-pair[0], keys[pair[1]]),
+        )
+        if k is not None:
+            ranked = ranked[:k]
+        return [(keys[slot], score) for score, slot in ranked]  # type: ignore[misc]
