@@ -1,0 +1,72 @@
+"""Pick a parser from the MIME type or file name and return the document's text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragspine.ingest.pdf import pdf_text
+from ragspine.ingest.text import decode_utf8, markdown_title
+
+_BY_SUFFIX = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".pdf": "pdf"}
+_BY_MIME = {
+    "text/plain": "text",
+    "text/markdown": "markdown",
+    "text/x-markdown": "markdown",
+    "application/pdf": "pdf",
+}
+KINDS = ("text", "markdown", "pdf")
+
+
+@dataclass(frozen=True)
+class ParsedDocument:
+    """A parsed document: its text (paragraphs separated by blank lines), a title guess and its kind."""
+
+    text: str
+    title: str
+    kind: str
+    pages: int = 0
+
+
+def detect_kind(*, filename: str = "", mime_type: str = "") -> str:
+    """``"text"``, ``"markdown"`` or ``"pdf"``; the MIME type wins over the file name.
+
+    Raises ``ValueError`` listing the supported types when neither says what the data is.
+    """
+    mime = mime_type.split(";", 1)[0].strip().lower()
+    if mime:
+        if mime not in _BY_MIME:
+            raise ValueError(f"unsupported MIME type {mime_type!r}; supported: {', '.join(sorted(_BY_MIME))}")
+        return _BY_MIME[mime]
+    suffix = Path(filename).suffix.lower()
+    if suffix in _BY_SUFFIX:
+        return _BY_SUFFIX[suffix]
+    raise ValueError(
+        f"cannot tell the type of {filename or 'the file'!r}: give a mime_type or a file name ending in "
+        f"{', '.join(sorted(_BY_SUFFIX))}"
+    )
+
+
+def parse_bytes(data: bytes, *, filename: str = "", mime_type: str = "") -> ParsedDocument:
+    """Parse file bytes. Raises ``ValueError`` for an unknown type, invalid UTF-8, a corrupt, encrypted or
+    text-less PDF, or a document with no text at all."""
+    kind = detect_kind(filename=filename, mime_type=mime_type)
+    source = filename or "document"
+    pages = 0
+    if kind == "pdf":
+        text, pages = pdf_text(data, source=source)
+        title = ""
+    else:
+        text = decode_utf8(data, source=source)
+        title = markdown_title(text) if kind == "markdown" else ""
+    if not text.strip():
+        raise ValueError(f"{source} contains no text")
+    if not title:
+        title = Path(filename).stem if filename else ""
+    return ParsedDocument(text=text, title=title, kind=kind, pages=pages)
+
+
+def parse_file(path: str | Path) -> ParsedDocument:
+    """Read and parse one file (see :func:`parse_bytes`); ``FileNotFoundError`` when it is missing."""
+    p = Path(path)
+    return parse_bytes(p.read_bytes(), filename=p.name)

@@ -1,0 +1,52 @@
+"""PDF text layer via pypdfium2 (no OCR: scanned pages yield no text)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _pdfium() -> Any:
+    try:
+        import pypdfium2
+    except ImportError:
+        raise ValueError("PDF parsing needs pypdfium2: pip install 'ragspine[service]'") from None
+    return pypdfium2
+
+
+def pdf_text(data: bytes, *, source: str = "PDF") -> tuple[str, int]:
+    """Text of every page (pages separated by blank lines) and the page count.
+
+    Raises ``ValueError`` for data that is not a PDF, a corrupt PDF, a password-protected PDF, or a PDF
+    without any text layer.
+    """
+    if not data.startswith(b"%PDF-"):
+        raise ValueError(f"{source} is not a PDF (it does not start with %PDF-)")
+    pdfium = _pdfium()
+    try:
+        document = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as exc:
+        reason = str(exc)
+        if "password" in reason.lower():
+            raise ValueError(
+                f"{source} is encrypted (password-protected); decrypt it before ingesting"
+            ) from None
+        raise ValueError(f"{source} is a corrupt PDF that cannot be opened ({reason})") from None
+    try:
+        pages: list[str] = []
+        for index in range(len(document)):
+            page = document[index]
+            textpage = page.get_textpage()
+            try:
+                raw = textpage.get_text_range()
+            finally:
+                textpage.close()
+                page.close()
+            text = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "").strip()
+            if text:
+                pages.append(text)
+        count = len(document)
+    finally:
+        document.close()
+    if not pages:
+        raise ValueError(f"{source} has no text layer (scanned images need OCR first)")
+    return "\n\n".join(pages), count
