@@ -1,0 +1,64 @@
+"""``ragspine eval DATASET_DIR``: ingest a BEIR folder, print nDCG@10 / Recall@100 / MRR@10 / queries/s."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "eval",
+        help="evaluate retrieval on a BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels.tsv)",
+        description="Ingest DATASET_DIR through the public API into a fresh SQLite store, run its judged "
+        "queries and print nDCG@10, Recall@100, MRR@10 and queries/s.",
+    )
+    p.add_argument("dataset_dir", help="folder with corpus.jsonl, queries.jsonl and qrels.tsv")
+    p.add_argument(
+        "--mode",
+        default=None,
+        help="bm25 | economy | lexical | hybrid | vector | auto (default: RAGSPINE_RETRIEVAL_MODE)",
+    )
+    p.add_argument(
+        "--embedding", default=None, help="embedding backend for hybrid modes (default RAGSPINE_EMBEDDING)"
+    )
+    p.add_argument("--reranker", default=None, help="reranker: none | cross_encoder | colbert | splade")
+    p.add_argument("--max-chars", type=int, default=None, help="chunk size in characters (default 480)")
+    p.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N judged queries")
+    p.add_argument("--work-dir", default=None, help="empty folder for the SQLite store (default: a temp dir)")
+    p.add_argument("--run-file", default=None, help="write a TREC run file here")
+    p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ragspine.eval.harness import run_eval
+    from ragspine.retrieval.assembly import assemble_index
+    from ragspine.settings import Settings
+
+    settings = Settings.from_env(retrieval_mode=args.mode, embedding=args.embedding, reranker=args.reranker)
+    if args.embedding:  # the flag beats the RAGSPINE_EMBEDDING_BACKEND alias too
+        settings = dataclasses.replace(settings, embedding_backend="")
+    extra: dict[str, Any] = {}
+    if args.max_chars is not None:
+        extra["max_chars"] = args.max_chars
+        extra["overlap_chars"] = min(80, args.max_chars // 6)
+    run_fh = open(args.run_file, "w", encoding="utf-8") if args.run_file else None  # noqa: SIM115
+    try:
+        result = run_eval(
+            args.dataset_dir,
+            make_index=lambda store: assemble_index(store, settings, **extra),
+            mode=settings.retrieval_mode,
+            work_dir=args.work_dir,
+            max_queries=args.max_queries,
+            run_file=run_fh,
+            progress=not args.no_progress and sys.stderr.isatty(),
+        )
+    finally:
+        if run_fh is not None:
+            run_fh.close()
+    print(result.as_json() if args.json else result.as_text())
+    return 0

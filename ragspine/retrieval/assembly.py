@@ -1,0 +1,92 @@
+"""Assemble a ``NarrativeIndex`` from ``Settings``: the one place where selectors become components.
+
+Retrieval modes economy / bm25 / lexical construct no embedding backend and no vector store at all; auto /
+hybrid / vector build the embedding backend the settings name (``auto`` = the packaged ONNX model when the
+models extra is installed, else none, so a bare install stays pure BM25).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter, load_glossary
+from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from ragspine.retrieval.lexical.types import EmbeddingBackend
+from ragspine.retrieval.mode import RetrievalMode, make_retrieval_mode
+from ragspine.retrieval.rerank.base import Reranker
+from ragspine.settings import Settings
+
+if TYPE_CHECKING:
+    from ragspine.retrieval.chunking.chunk_store import ChunkStore
+
+log = logging.getLogger(__name__)
+
+
+def resolve_embedding(settings: Settings, mode: RetrievalMode) -> EmbeddingBackend | None:
+    """The embedding backend for ``mode`` (None for zero-embedding modes; never constructed there)."""
+    if not mode.uses_embedding:
+        return None
+    from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
+
+    return make_embedding_backend(settings.embedding_spec or "none")
+
+
+def resolve_reranker(settings: Settings) -> Reranker | None:
+    """The model reranker the settings name, or None for "none"."""
+    name = (settings.reranker or "none").strip().lower()
+    if name == "none":
+        return None
+    module = importlib.import_module("ragspine.retrieval.rerank.cross_encoder")
+    kwargs: dict[str, Any] = {}
+    if settings.reranker_model:
+        kwargs["model_name_or_path"] = settings.reranker_model
+    reranker: Reranker | None = module.make_reranker(name, **kwargs)
+    return reranker
+
+
+def assemble_index(
+    store: ChunkStore,
+    settings: Settings,
+    *,
+    embedding_backend: EmbeddingBackend | None = None,
+    reranker: Reranker | None = None,
+    **overrides: Any,
+) -> NarrativeIndex:
+    """Build the index for ``store`` as ``settings`` describe; explicit components win over settings."""
+    mode = make_retrieval_mode(settings.retrieval_mode)
+    backend = embedding_backend if embedding_backend is not None else resolve_embedding(settings, mode)
+    vector_store = None
+    if backend is not None and settings.vector_store.strip().lower() not in (
+        "",
+        "memory",
+        "inprocess",
+        "none",
+    ):
+        from ragspine.retrieval.vector.store import make_vector_store
+
+        vector_store = make_vector_store(settings.vector_store)
+    glossary = load_glossary(settings.glossary_path) if settings.glossary_path else None
+    kwargs: dict[str, Any] = {
+        "embedding_backend": backend,
+        "query_rewriter": GlossaryQueryRewriter(glossary=glossary),
+        "vector_store": vector_store,
+        "reranker": reranker if reranker is not None else resolve_reranker(settings),
+    }
+    if settings.filter_extractor.strip().lower() not in ("", "none"):
+        from ragspine.retrieval.filtering.automatic import make_filter_extractor
+
+        kwargs["filter_extractor"] = make_filter_extractor(settings.filter_extractor)
+    if settings.chunker.strip().lower() not in ("", "default"):
+        from ragspine.retrieval.chunking.factory import make_chunker
+
+        kwargs["chunker"] = make_chunker(settings.chunker)
+    kwargs.update(overrides)
+    log.info(
+        "assembled index: mode=%s embedding=%s reranker=%s",
+        mode.name,
+        type(backend).__name__ if backend is not None else "none",
+        type(kwargs["reranker"]).__name__ if kwargs["reranker"] is not None else "none",
+    )
+    return NarrativeIndex(store, **kwargs)

@@ -1,0 +1,70 @@
+"""Library routing seam: which libraries a query should search.
+
+``make_library_router(None)`` means no router: every library is searched. ``KeywordLibraryRouter`` picks
+libraries whose description shares tokens with the query. A router can only choose among the libraries it
+is given; the caller falls back to all libraries when it fails or picks none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ragspine.retrieval.lexical.tokenizer import tokenize
+
+
+@dataclass(frozen=True)
+class RoutableLibrary:
+    """What a router sees of a library: its id and a human description of what it holds."""
+
+    library_id: str
+    description: str
+
+
+@runtime_checkable
+class LibraryRouter(Protocol):
+    """Returns the ids of the libraries to search, best first (a subset of ``libraries``)."""
+
+    def route(self, query: str, libraries: Sequence[RoutableLibrary]) -> list[str]: ...
+
+
+class KeywordLibraryRouter:
+    """Deterministic router: libraries whose description shares at least ``min_overlap`` distinct query
+    tokens (CJK-aware, the lexical tokenizer), ordered by overlap then library_id. No overlap → ``[]``.
+    """
+
+    def __init__(self, *, min_overlap: int = 1) -> None:
+        if min_overlap < 1:
+            raise ValueError(f"min_overlap must be >= 1, got {min_overlap}")
+        self.min_overlap = min_overlap
+
+    def route(self, query: str, libraries: Sequence[RoutableLibrary]) -> list[str]:
+        q = set(tokenize(query))
+        scored = []
+        for lib in libraries:
+            overlap = len(q & set(tokenize(lib.description + " " + lib.library_id)))
+            if overlap >= self.min_overlap:
+                scored.append((-overlap, lib.library_id))
+        return [lib_id for _, lib_id in sorted(scored)]
+
+
+ROUTER_CHOICES = ("none", "keyword")
+
+
+def make_library_router(spec: str | None = None, **kwargs: Any) -> LibraryRouter | None:
+    """``None``/"none" → None (search every library); "keyword" → ``KeywordLibraryRouter(**kwargs)``.
+
+    ``spec=None`` resolves through ``Settings.from_env().library_router`` (``RAGSPINE_LIBRARY_ROUTER``).
+    Unknown names raise ``ValueError`` listing the choices.
+    """
+    if spec is None:
+        from ragspine.settings import Settings
+
+        spec = Settings.from_env().library_router
+    name = (spec or "none").strip().lower()
+    if name == "none":
+        return None
+    if name == "keyword":
+        return KeywordLibraryRouter(**kwargs)
+    raise ValueError(f"unknown library router {spec!r}; choose one of {', '.join(ROUTER_CHOICES)}")

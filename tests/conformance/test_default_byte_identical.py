@@ -1,0 +1,92 @@
+"""Opt-in stages left unselected keep the default path's output byte-identical.
+
+Each stage is wired the way a user switches it "off" (factory "none", an empty glossary, economy mode)
+and the snippets must serialise to exactly the same bytes as the plain default. Reverse proof: a stage
+that does change something (a reordering postprocessor, a rewriter adding a variant) is caught.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.filtering.automatic import make_filter_extractor
+from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
+from ragspine.retrieval.mode import make_retrieval_mode
+from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
+from tests.conformance.corpus import QUERIES, make_documents
+
+DEFAULT_SNIPPET_KEYS = {
+    "text",
+    "doc_id",
+    "title",
+    "source_locator",
+    "chunk_id",
+    "topic",
+    "entity",
+    "geography",
+    "period",
+    "language",
+    "sensitivity",
+    "parent_id",
+    "heading",
+    "parent_locator",
+    "scores",
+}
+
+
+def _dump(tmp: Path, name: str, **kwargs: Any) -> bytes:
+    postprocessor = kwargs.pop("postprocessor", None)
+    store = ChunkStore(tmp / f"{name}.db")
+    store.init_schema()
+    index = NarrativeIndex(store, **kwargs)
+    index.ingest_many(make_documents(30, seed=3, restricted_every=5))
+    retriever = NarrativeIndexRetriever(index, postprocessor=postprocessor)
+    out = [retriever.retrieve(q, top_k=20) for q in QUERIES]
+    store.close()
+    return json.dumps(out, sort_keys=True, ensure_ascii=False).encode()
+
+
+class _Rewriter:
+    def __init__(self, variants: list[str]) -> None:
+        self.variants = variants
+
+    def rewrite(self, query: str) -> list[str]:
+        return [query, *self.variants]
+
+
+class _Reverse:
+    def postprocess(self, query: str, snippets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return list(reversed(snippets))
+
+
+def test_unselected_stages_are_byte_identical(tmp_path: Path) -> None:
+    baseline = _dump(tmp_path, "base")
+    assert make_retrieval_mode("economy").uses_embedding is False
+    assert make_embedding_backend("none") is None
+    variants = {
+        "extractor_none": _dump(tmp_path, "ex", filter_extractor=make_filter_extractor("none")),
+        "embedding_none": _dump(tmp_path, "emb", embedding_backend=make_embedding_backend("none")),
+        "rewriter_identity": _dump(tmp_path, "rw", query_rewriter=_Rewriter([])),
+        "reranker_none": _dump(tmp_path, "rr", reranker=None, judge=None),
+    }
+    for name, blob in variants.items():
+        assert blob == baseline, name
+
+
+def test_default_snippets_carry_only_default_keys(tmp_path: Path) -> None:
+    snippets = json.loads(_dump(tmp_path, "keys"))
+    assert any(snippets)
+    for per_query in snippets:
+        for s in per_query:
+            assert set(s) == DEFAULT_SNIPPET_KEYS
+            assert set(s["scores"]) == {"bm25", "vector", "fused"}
+
+
+def test_reverse_proof_changing_stages_are_caught(tmp_path: Path) -> None:
+    baseline = _dump(tmp_path, "base")
+    assert _dump(tmp_path, "pp", postprocessor=_Reverse()) != baseline
+    assert _dump(tmp_path, "rw", query_rewriter=_Rewriter(["battery supplier"])) != baseline

@@ -1,0 +1,138 @@
+"""NarrativeIndex: ingest/replace/withdraw, staying in step with the store, ties, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.chunking.types import DocumentMeta
+from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from ragspine.retrieval.lexical.retrieval import bm25_scores, tokenize
+from ragspine.retrieval.link.narrative_link import build_narrative_retriever
+
+
+def _store(path: Path) -> ChunkStore:
+    s = ChunkStore(path)
+    s.init_schema()
+    return s
+
+
+def test_ingest_and_retrieve_with_provenance(tmp_path: Path) -> None:
+    index = NarrativeIndex(_store(tmp_path / "a.db"))
+    n = index.ingest(
+        "Revenue fell in Q3.\n\n营收在第三季度下滑。", DocumentMeta("d1", title="T", entity="ACME_CN")
+    )
+    assert n >= 1
+    hits = index.retrieve("营收下滑")
+    assert hits[0].chunk.doc_id == "d1"
+    assert hits[0].chunk.source_locator.startswith("d1#para")
+    assert hits[0].bm25_score > 0
+
+
+def test_scores_match_reference_bm25(tmp_path: Path) -> None:
+    docs = ["battery supplier shipment delayed", "battery demand", "芯片需求上升", "cloud churn rose"]
+    index = NarrativeIndex(_store(tmp_path / "a.db"))
+    for i, d in enumerate(docs):
+        index.ingest(d, DocumentMeta(f"d{i}"))
+    q = "battery shipment"
+    ref = bm25_scores(tokenize(q), [tokenize(d) for d in docs])
+    got = {r.chunk.doc_id: r.bm25_score for r in index.retrieve(q)}
+    for i, score in enumerate(ref):
+        if score > 0:
+            assert got[f"d{i}"] == pytest.approx(score, rel=1e-9)
+        else:
+            assert f"d{i}" not in got
+
+
+def test_ties_break_by_chunk_id(tmp_path: Path) -> None:
+    index = NarrativeIndex(_store(tmp_path / "a.db"))
+    for doc_id in ("b", "a", "c"):
+        index.ingest("identical text about tariffs", DocumentMeta(doc_id))
+    assert [r.chunk.chunk_id for r in index.retrieve("tariffs")] == ["a#c0", "b#c0", "c#c0"]
+
+
+def test_sees_changes_from_another_store_object(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    reader = NarrativeIndex(_store(db))
+    writer = _store(db)
+    from ragspine.retrieval.chunking.chunking import chunk_document
+
+    writer.replace_doc_chunks("x", chunk_document("tariff outlook worsened", DocumentMeta("x")))
+    assert [r.chunk.doc_id for r in reader.retrieve("tariff")] == ["x"]
+    writer.replace_doc_chunks("x", chunk_document("dividend raised", DocumentMeta("x")))
+    assert reader.retrieve("tariff") == []
+    assert [r.chunk.doc_id for r in reader.retrieve("dividend")] == ["x"]
+    writer.replace_doc_chunks("x", [])
+    assert reader.retrieve("dividend") == []
+
+
+def test_sees_changes_from_another_process(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    reader = NarrativeIndex(_store(db))
+    script = textwrap.dedent(
+        f"""
+        from ragspine.retrieval.chunking.chunk_store import ChunkStore
+        from ragspine.retrieval.chunking.chunking import chunk_document
+        from ragspine.retrieval.chunking.types import DocumentMeta
+        s = ChunkStore({str(db)!r}); s.init_schema()
+        s.replace_doc_chunks("p", chunk_document("export tariff shock", DocumentMeta("p")))
+        s.close()
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    assert [r.chunk.doc_id for r in reader.retrieve("export")] == ["p"]
+
+
+def test_withdraw_and_reingest_unchanged(tmp_path: Path) -> None:
+    index = NarrativeIndex(_store(tmp_path / "a.db"))
+    meta = DocumentMeta("d")
+    assert index.ingest("cash dividend", meta) == 1
+    assert index.ingest("cash dividend", meta) == 0
+    assert index.withdraw("d") == 1
+    assert index.retrieve("dividend") == []
+
+
+@pytest.mark.parametrize("query", ["", "   ", None, 5])
+def test_bad_query_is_value_error(tmp_path: Path, query: object) -> None:
+    index = NarrativeIndex(_store(tmp_path / "a.db"))
+    index.ingest("cash dividend", DocumentMeta("d"))
+    with pytest.raises(ValueError):
+        index.retrieve(query)  # type: ignore[arg-type]
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    index = NarrativeIndex(_store(tmp_path / "a.db"))
+    index.ingest("cash dividend", DocumentMeta("d"))
+    for kwargs in ({"top_k": 0}, {"top_n": -1}, {"entity": 3}):
+        with pytest.raises(ValueError):
+            index.retrieve("cash", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        NarrativeIndex(index.store, persistence_policy="disk")
+
+
+def test_failed_ingest_keeps_previous_version(tmp_path: Path) -> None:
+    index = NarrativeIndex(_store(tmp_path / "a.db"))
+    index.ingest("cash dividend", DocumentMeta("d"))
+    with pytest.raises(ValueError):
+        index.ingest("bad \udcff text", DocumentMeta("d"))
+    with pytest.raises(ValueError):
+        index.ingest("text", "not meta")  # type: ignore[arg-type]
+    assert [r.chunk.doc_id for r in index.retrieve("dividend")] == ["d"]
+
+
+def test_link_filters_retry_and_errors(tmp_path: Path) -> None:
+    retriever, store = build_narrative_retriever(tmp_path / "b.db")
+    try:
+        retriever.index.ingest("revenue declined sharply", DocumentMeta("r", entity="ACME_CN"))
+        assert [s["doc_id"] for s in retriever.retrieve("revenue", filters={"entity": "ACME_CN"})] == ["r"]
+        # No match under the filter: one retry without filters.
+        assert [s["doc_id"] for s in retriever.retrieve("revenue", filters={"entity": "OTHER"})] == ["r"]
+        with pytest.raises(ValueError, match="unknown filter field"):
+            retriever.retrieve("revenue", filters={"colour": "red"})
+    finally:
+        store.close()
