@@ -31,6 +31,7 @@ _MEMBERSHIP_OPS = frozenset({"in", "nin"})
 _ORDER_OPS = frozenset({"gt", "gte", "lt", "lte"})
 
 _MISSING = object()
+_KIND_WORDS = {"str": "string", "num": "number", "bool": "bool"}
 
 
 def _kind(value: object) -> str | None:
@@ -55,7 +56,8 @@ def _read_field(obj: object, field: str) -> object:
 def _check_scalar(op: str, value: object, kinds: frozenset[str]) -> None:
     kind = _kind(value)
     if kind is None or kind not in kinds:
-        shapes = " or ".join(sorted(kinds))
+        words = [_KIND_WORDS[k] for k in ("str", "num", "bool") if k in kinds]
+        shapes = " or ".join(words) if len(words) < 3 else f"{words[0]}, {words[1]} or {words[2]}"
         raise ValueError(f"op {op!r} needs a {shapes} value, got {type(value).__name__} {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"op {op!r} needs a finite number, got {value!r}")

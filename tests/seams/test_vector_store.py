@@ -1,0 +1,162 @@
+"""The in-process vector store: cosine ranking, id ties, where-before-ranking, replace, delete, errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ragspine.retrieval.filtering.metadata_filter import make_filter
+from ragspine.retrieval.vector.store import (
+    InProcessVectorStore,
+    VectorRecord,
+    VectorStore,
+    make_vector_store,
+)
+
+
+def store_with(*records: tuple[str, list[float], dict[str, object]]) -> InProcessVectorStore:
+    store = InProcessVectorStore()
+    store.upsert([VectorRecord(rid, vec, meta) for rid, vec, meta in records])
+    return store
+
+
+def test_ranks_by_cosine_not_by_length() -> None:
+    store = store_with(
+        ("far", [0.0, 1.0], {}),
+        ("near_long", [10.0, 1.0], {}),
+        ("exact_short", [0.1, 0.0], {}),
+    )
+    hits = store.query([3.0, 0.0], k=3)
+    assert [h.id for h in hits] == ["exact_short", "near_long", "far"]
+    assert hits[0].score == pytest.approx(1.0)
+    assert hits[1].score == pytest.approx(10 / math.sqrt(101))
+    assert hits[2].score == pytest.approx(0.0)
+
+
+def test_ties_break_by_id_ascending_even_at_the_k_cut() -> None:
+    store = InProcessVectorStore()
+    store.upsert([VectorRecord(rid, [1.0, 0.0], {}) for rid in ["d", "b", "c", "a"]])
+    store.upsert([VectorRecord("z_close", [1.0, 0.001], {})])
+    store.upsert([VectorRecord("0_worst", [0.0, 1.0], {})])
+    assert [h.id for h in store.query([1.0, 0.0], k=3)] == ["a", "b", "c"]
+    assert [h.id for h in store.query([1.0, 0.0], k=10)] == ["a", "b", "c", "d", "z_close", "0_worst"]
+
+
+def test_where_applies_before_ranking_so_k_counts_survivors() -> None:
+    store = store_with(
+        ("a", [1.0, 0.0], {"doc_id": "d1", "lang": "en"}),
+        ("b", [0.9, 0.1], {"doc_id": "d1", "lang": "zh"}),
+        ("c", [0.0, 1.0], {"doc_id": "d2", "lang": "zh"}),
+    )
+    assert [h.id for h in store.query([1.0, 0.0], k=1, where={"lang": "zh"})] == ["b"]
+    assert [h.id for h in store.query([1.0, 0.0], k=5, where={"doc_id": "d2"})] == ["c"]
+    assert [h.id for h in store.query([1.0, 0.0], k=5, where={"id": ["c", "a"]})] == ["a", "c"]
+    assert [h.id for h in store.query([1.0, 0.0], k=5, where={"lang": ["en", "zh"], "doc_id": "d1"})] == [
+        "a",
+        "b",
+    ]
+    assert store.query([1.0, 0.0], k=5, where={"lang": "fr"}) == []
+
+
+def test_where_accepts_a_metadata_filter() -> None:
+    store = store_with(("a", [1.0, 0.0], {"year": 2023}), ("b", [1.0, 0.1], {"year": 2024}))
+    f = make_filter([("year", "gte", 2024)])
+    assert f is not None
+    assert [h.id for h in store.query([1.0, 0.0], where=f)] == ["b"]
+
+
+def test_hits_carry_a_copy_of_metadata() -> None:
+    store = store_with(("a", [1.0], {"doc_id": "d1"}))
+    hit = store.query([1.0])[0]
+    hit.metadata["doc_id"] = "tampered"
+    assert store.query([1.0])[0].metadata == {"doc_id": "d1"}
+
+
+def test_upsert_replaces_by_id() -> None:
+    store = store_with(("a", [1.0, 0.0], {"v": 1}), ("b", [0.0, 1.0], {"v": 1}))
+    store.upsert([VectorRecord("a", [0.0, 2.0], {"v": 2})])
+    assert store.count() == 2
+    hits = store.query([0.0, 1.0], k=2)
+    assert [(h.id, h.metadata["v"]) for h in hits] == [("a", 2), ("b", 1)]
+    np.testing.assert_array_equal(store.get(["a", "missing"])["a"], np.array([0.0, 2.0], dtype=np.float32))
+    assert set(store.get(["a", "missing"])) == {"a"}
+
+
+def test_delete_by_where_and_by_ids() -> None:
+    store = store_with(
+        ("a", [1.0], {"doc_id": "d1"}), ("b", [1.0], {"doc_id": "d1"}), ("c", [1.0], {"doc_id": "d2"})
+    )
+    assert store.delete(where={"doc_id": "d1"}) == 2
+    assert [h.id for h in store.query([1.0])] == ["c"]
+    assert store.delete(where={"id": ["c", "nope"]}) == 1
+    assert store.count() == 0
+    assert store.query([1.0]) == []
+
+
+def test_delete_refuses_an_empty_where() -> None:
+    store = store_with(("a", [1.0], {}))
+    with pytest.raises(ValueError, match="non-empty where"):
+        store.delete(where={})
+    assert store.count() == 1
+
+
+def test_restricted_records_are_not_dropped_by_the_store() -> None:
+    store = store_with(("r", [1.0], {"sensitivity": "RESTRICTED"}))
+    assert [h.id for h in store.query([1.0])] == ["r"]
+
+
+@pytest.mark.parametrize(
+    ("vector", "message"),
+    [
+        ([1.0, 0.0, 0.0], "dimension 3"),
+        ([float("nan"), 1.0], "NaN or infinity"),
+        ([float("inf"), 1.0], "NaN or infinity"),
+        ([0.0, 0.0], "zero vector"),
+        ([], "non-empty"),
+        (["a", "b"], "numbers"),
+    ],
+)
+def test_bad_vectors_raise_and_store_nothing(vector: list[object], message: str) -> None:
+    store = store_with(("a", [1.0, 0.0], {}))
+    with pytest.raises(ValueError, match=message):
+        store.upsert([VectorRecord("ok", [0.5, 0.5], {}), VectorRecord("bad", vector, {})])  # type: ignore[arg-type]
+    assert store.count() == 1  # the valid record of the failed batch was not stored either
+    with pytest.raises(ValueError, match=message):
+        store.query(vector)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("k", [-1, 1.5, True])
+def test_bad_k_raises(k: object) -> None:
+    with pytest.raises(ValueError, match="k must be"):
+        store_with(("a", [1.0], {})).query([1.0], k=k)  # type: ignore[arg-type]
+
+
+def test_bad_where_raises() -> None:
+    with pytest.raises(ValueError, match="where must be a mapping"):
+        store_with(("a", [1.0], {})).query([1.0], where=["a"])  # type: ignore[arg-type]
+
+
+def test_k_zero_and_empty_store_give_no_hits() -> None:
+    assert InProcessVectorStore().query([1.0, 2.0]) == []
+    assert store_with(("a", [1.0], {})).query([1.0], k=0) == []
+
+
+class TestFactory:
+    @pytest.mark.parametrize("spec", ["memory", "InProcess", "in-process"])
+    def test_in_process_names(self, spec: str) -> None:
+        store = make_vector_store(spec)
+        assert isinstance(store, InProcessVectorStore)
+        assert isinstance(store, VectorStore)
+
+    def test_none_and_env_default(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        assert make_vector_store("none") is None
+        monkeypatch.delenv("RAGSPINE_VECTOR_STORE", raising=False)
+        assert isinstance(make_vector_store(), InProcessVectorStore)
+        monkeypatch.setenv("RAGSPINE_VECTOR_STORE", "none")
+        assert make_vector_store() is None
+
+    def test_unknown_lists_choices(self) -> None:
+        with pytest.raises(ValueError, match="memory, inprocess, none"):
+            make_vector_store("faiss")
