@@ -7,6 +7,9 @@ import dataclasses
 import sys
 from typing import Any
 
+# BEIR corpora are already passage-sized; chunk_document keeps each one whole below this size.
+WHOLE_DOCUMENT = 1_000_000
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -25,7 +28,13 @@ def register(sub: Any) -> None:
         "--embedding", default=None, help="embedding backend for hybrid modes (default RAGSPINE_EMBEDDING)"
     )
     p.add_argument("--reranker", default=None, help="reranker: none | cross_encoder | colbert | splade")
-    p.add_argument("--max-chars", type=int, default=None, help="chunk size in characters (default 480)")
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        default=WHOLE_DOCUMENT,
+        help="chunk size in characters; default: each BEIR document is one retrieval unit, as BEIR scores "
+        "passages (use 480 to measure the default chunker)",
+    )
     p.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N judged queries")
     p.add_argument("--work-dir", default=None, help="empty folder for the SQLite store (default: a temp dir)")
     p.add_argument("--run-file", default=None, help="write a TREC run file here")
@@ -42,10 +51,9 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env(retrieval_mode=args.mode, embedding=args.embedding, reranker=args.reranker)
     if args.embedding:  # the flag beats the RAGSPINE_EMBEDDING_BACKEND alias too
         settings = dataclasses.replace(settings, embedding_backend="")
-    extra: dict[str, Any] = {}
-    if args.max_chars is not None:
-        extra["max_chars"] = args.max_chars
-        extra["overlap_chars"] = min(80, args.max_chars // 6)
+    if args.max_chars < 2:
+        raise ValueError(f"--max-chars must be at least 2, got {args.max_chars}")
+    extra: dict[str, Any] = {"max_chars": args.max_chars, "overlap_chars": min(80, args.max_chars // 6)}
     run_fh = open(args.run_file, "w", encoding="utf-8") if args.run_file else None  # noqa: SIM115
     try:
         result = run_eval(
