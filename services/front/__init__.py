@@ -1,0 +1,1 @@
+"""The front tier: stores, indexes, filters, routing, both RESTRICTED exits and provenance."""
