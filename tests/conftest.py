@@ -15,6 +15,8 @@ SHARED_DATA = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "sh
 def shared_data() -> Path:
     """Path of ``../shared/data``; tests that need it skip with the reason when it is absent."""
     if not SHARED_DATA.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the evaluation data at {SHARED_DATA}; nothing may skip in CI")
         pytest.skip(
             f"evaluation data not found at {SHARED_DATA} (set RAGSPINE_SHARED_DATA or place shared/data beside the repo)"
         )
