@@ -144,6 +144,11 @@ def _affinity(declared: str) -> str:
     return "NUMERIC"
 
 
+def _default_sql(decl: str) -> str:
+    """The SQL literal a column declaration defaults to; ``''`` for the required text columns."""
+    return decl.partition("DEFAULT ")[2] or "''"
+
+
 def _utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -306,11 +311,16 @@ class ChunkStore:
         """Copy the chunk table into one without the old uniqueness constraints (inside the caller's txn)."""
         info = conn.execute(f"PRAGMA table_info({_TABLE})").fetchall()
         extra = [(row[1], row[2]) for row in info if row[1] not in _COLUMN_NAMES]
-        all_cols = ", ".join([*_COLUMN_NAMES, *(name for name, _ in extra)])
+        extra_names = [name for name, _ in extra]
+        targets = ", ".join([*_COLUMN_NAMES, *extra_names])
+        # Old tables allowed NULLs; the new columns are NOT NULL, so NULL becomes the column default.
+        sources = ", ".join(
+            [*(f"coalesce({name}, {_default_sql(decl)})" for name, decl in _COLUMNS), *extra_names]
+        )
         tmp = f"{_TABLE}__rebuild"
         conn.execute(f"DROP TABLE IF EXISTS {tmp}")
         conn.execute(self._create_table_sql(tmp, extra))
-        conn.execute(f"INSERT INTO {tmp} ({all_cols}) SELECT {all_cols} FROM {_TABLE}")
+        conn.execute(f"INSERT INTO {tmp} ({targets}) SELECT {sources} FROM {_TABLE}")
         conn.execute(f"DROP TABLE {_TABLE}")
         conn.execute(f"ALTER TABLE {tmp} RENAME TO {_TABLE}")
 
