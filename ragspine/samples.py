@@ -1,0 +1,34 @@
+"""The sample corpus that ships inside the package (a fictional company, English and Chinese, one PDF).
+
+``manifest.json`` beside the documents gives each one's doc_id, title, metadata and sensitivity; at least
+one document is RESTRICTED so that the demo shows it never comes back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ragspine.ingest.parsers import parse_file
+from ragspine.retrieval.chunking.types import DocumentMeta
+
+SAMPLE_DIR = Path(__file__).resolve().parent / "data" / "sample_corpus"
+_META_FIELDS = ("title", "topic", "entity", "geography", "period", "language", "sensitivity")
+
+
+def sample_documents(folder: Path = SAMPLE_DIR) -> list[tuple[str, DocumentMeta]]:
+    """(text, meta) for every document the manifest lists, parsed with the regular ingest parsers."""
+    manifest_path = folder / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{manifest_path} is missing; the sample corpus is incomplete") from None
+    docs = []
+    for entry in manifest["documents"]:
+        path = folder / entry["path"]
+        parsed = parse_file(path)
+        fields = {k: str(entry[k]) for k in _META_FIELDS if entry.get(k)}
+        fields.setdefault("title", parsed.title)
+        meta = DocumentMeta(doc_id=entry["doc_id"], source_locator_prefix=entry["path"], **fields)
+        docs.append((parsed.text, meta))
+    return docs
