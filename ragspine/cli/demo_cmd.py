@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from ragspine.eval.harness import run_eval
     from ragspine.retrieval.assembly import assemble_index
     from ragspine.retrieval.chunking.chunk_store import ChunkStore
+    from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
     from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
     from ragspine.samples import sample_documents
     from ragspine.settings import Settings
@@ -99,9 +100,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"evaluating on {eval_dir} (BM25 and the configured mode) ...")
     for mode in dict.fromkeys(["bm25", settings.retrieval_mode]):
         mode_settings = Settings.from_env(retrieval_mode=mode)
+
+        def make_index(store: ChunkStore, ms: Settings = mode_settings) -> NarrativeIndex:
+            return assemble_index(store, ms, max_chars=1_000_000)
+
         result = run_eval(
             eval_dir,
-            make_index=lambda s, ms=mode_settings: assemble_index(s, ms, max_chars=1_000_000),
+            make_index=make_index,
             mode=mode,
             progress=sys.stderr.isatty(),
         )

@@ -74,7 +74,8 @@ class Glossary:
             if not isinstance(entries, Mapping):
                 raise ValueError(f"{source}: section {section!r} must be an object of canonical -> aliases")
             for canonical, aliases in entries.items():
-                where = f"{source}: {section}[{canonical!r}]"
+                entry = f"{section}[{canonical!r}]"
+                where = f"{source}: {entry}"
                 if not isinstance(canonical, str) or not canonical.strip():
                     raise ValueError(f"{where}: canonical name must be a non-blank string")
                 if not isinstance(aliases, list):
@@ -92,7 +93,7 @@ class Glossary:
                         raise ValueError(
                             f"{where}: surface form {form!r} is already defined in {owner[folded]}"
                         )
-                    owner[folded] = where
+                    owner[folded] = entry
                 groups.append(SynonymGroup(section=section, canonical=forms[0], aliases=tuple(forms[1:])))
         return cls(groups=tuple(groups))
 
