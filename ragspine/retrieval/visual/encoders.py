@@ -226,9 +226,7 @@ class ColQwen2Encoder(_LateInteractionEncoder):
         from transformers import ColQwen2ForRetrieval, ColQwen2Processor
 
         self.processor = ColQwen2Processor.from_pretrained(self.model_name_or_path)
-        self.model = ColQwen2ForRetrieval.from_pretrained(
-            self.model_name_or_path, dtype=self.torch_dtype
-        )
+        self.model = ColQwen2ForRetrieval.from_pretrained(self.model_name_or_path, dtype=self.torch_dtype)
         self.model.to(self.device)
 
     def _load_colpali_engine(self) -> None:
@@ -255,9 +253,7 @@ class ColPaliEncoder(_LateInteractionEncoder):
         from transformers import ColPaliForRetrieval, ColPaliProcessor
 
         self.processor = ColPaliProcessor.from_pretrained(self.model_name_or_path)
-        self.model = ColPaliForRetrieval.from_pretrained(
-            self.model_name_or_path, dtype=self.torch_dtype
-        )
+        self.model = ColPaliForRetrieval.from_pretrained(self.model_name_or_path, dtype=self.torch_dtype)
         self.model.to(self.device)
 
     def _load_colpali_engine(self) -> None:
