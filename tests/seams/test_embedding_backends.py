@@ -166,7 +166,7 @@ def fake_dense(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
 @pytest.fixture()
 def missing_dense(monkeypatch: pytest.MonkeyPatch) -> None:
     # A None entry in sys.modules makes "import ragspine.models.dense" raise ImportError.
-    monkeypatch.setitem(sys.modules, "ragspine.models.dense", None)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "ragspine.models.dense", None)
 
 
 class TestFactory:
@@ -194,9 +194,9 @@ class TestFactory:
         assert backend.kwargs == {"max_length": 64}
 
     def test_lazy_module_attributes(self, fake_dense: types.ModuleType) -> None:
-        assert eb.OnnxEmbeddingBackend is fake_dense.OnnxEmbeddingBackend  # type: ignore[attr-defined]
+        assert eb.OnnxEmbeddingBackend is fake_dense.OnnxEmbeddingBackend
         with pytest.raises(AttributeError):
-            _ = eb.NoSuchBackend  # type: ignore[attr-defined]
+            _ = eb.NoSuchBackend
 
     @pytest.mark.parametrize("spec", ["onnx", "st", "e5"])
     def test_missing_extra_names_the_install_command(self, missing_dense: None, spec: str) -> None:
@@ -231,7 +231,7 @@ class TestFactory:
 
     def test_lazy_attribute_without_the_extra(self, missing_dense: None) -> None:
         with pytest.raises(ImportError, match="models extra"):
-            _ = eb.E5EmbeddingBackend  # type: ignore[attr-defined]
+            _ = eb.E5EmbeddingBackend
 
     def test_none_deterministic_and_env(self, monkeypatch: pytest.MonkeyPatch) -> None:
         assert make_embedding_backend("none") is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from ragspine.retrieval.chunking.types import Chunk
@@ -19,7 +21,7 @@ def chunk(cid: str, **meta: str) -> Chunk:
     return Chunk(cid, "d", 0, "text", "d#para1-1", 1, 1, **meta)
 
 
-def build(conditions: list[tuple[str, str, object]], combine: str = "and") -> MetadataFilter:
+def build(conditions: Sequence[tuple[str, str, object]], combine: str = "and") -> MetadataFilter:
     f = make_filter(conditions, combine=combine)
     assert f is not None
     return f
@@ -116,9 +118,9 @@ def test_bools_support_equality_only() -> None:
 
 def test_and_versus_or_combine() -> None:
     conds = [("entity", "eq", "ACME"), ("language", "eq", "zh")]
-    assert ids(make_filter(conds).apply(CHUNKS)) == ["b"]
-    assert ids(make_filter(conds, combine="or").apply(CHUNKS)) == ["a", "b", "c"]
-    assert ids(make_filter(conds, combine="OR").apply(CHUNKS)) == ["a", "b", "c"]
+    assert ids(build(conds).apply(CHUNKS)) == ["b"]
+    assert ids(build(conds, combine="or").apply(CHUNKS)) == ["a", "b", "c"]
+    assert ids(build(conds, combine="OR").apply(CHUNKS)) == ["a", "b", "c"]
 
 
 def test_all_of_intersects_filters_even_with_or_inside() -> None:
