@@ -72,10 +72,13 @@ def test_schema_holds_every_stored_chunk_field_and_is_idempotent(store: ChunkSto
 
 
 def test_memory_and_str_paths_work(tmp_path: Path) -> None:
-    for path in (":memory:", str(tmp_path / "s.db")):
+    odd = tmp_path / "odd dir #1?%20" / "s.db"
+    odd.parent.mkdir()
+    for path in (":memory:", str(tmp_path / "s.db"), str(odd)):
         with ChunkStore(path) as s:
             assert s.replace_doc_chunks("d", make_chunks("d", ["x", "y"])) == 2
             assert s.count() == 2
+            assert s.execute_read("SELECT count(*) FROM narrative_chunk")[0][0] == 2
 
 
 def test_bad_paths_raise(tmp_path: Path) -> None:
@@ -507,7 +510,9 @@ def assert_refuses_writes(read: Callable[[str], object], check: Callable[[], obj
         assert check() == before, sql
 
 
-def test_execute_read_refuses_anything_that_writes(store: ChunkStore) -> None:
+@pytest.mark.parametrize("where", ["file", "memory"])
+def test_execute_read_refuses_anything_that_writes(db_path: Path, where: str) -> None:
+    store = ChunkStore(db_path if where == "file" else ":memory:")
     store.replace_doc_chunks("a", make_chunks("a", ["kept"]))
 
     def check() -> object:
@@ -517,8 +522,12 @@ def test_execute_read_refuses_anything_that_writes(store: ChunkStore) -> None:
     rows = store.execute_read("SELECT chunk_id, text FROM narrative_chunk WHERE doc_id = ?", ("a",))
     assert isinstance(rows[0], sqlite3.Row)
     assert (rows[0]["chunk_id"], rows[0]["text"]) == ("a#c0", "kept")
-    # The store still writes normally after refusals.
+    # The store still writes normally after refusals, and reads see the new rows.
     assert store.replace_doc_chunks("b", make_chunks("b", ["fine"])) == 1
+    assert store.execute_read("SELECT count(*) FROM narrative_chunk WHERE active = 1")[0][0] == 2
+    store.close()
+    with pytest.raises(ValueError, match="closed"):
+        store.execute_read("SELECT 1")
 
 
 def test_refusal_check_catches_a_reader_that_writes(db_path: Path) -> None:

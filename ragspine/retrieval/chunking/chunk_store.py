@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import fields
 from datetime import UTC, datetime
 from os import PathLike
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -176,6 +177,9 @@ class ChunkStore:
             raise ValueError("db_path is empty; give a file path or ':memory:'")
         self._path = path
         self._lock = threading.RLock()
+        # execute_read's own connection (opened read-only on first use) and its lock.
+        self._read_conn: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
         try:
             conn = sqlite3.connect(
                 path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
@@ -206,8 +210,11 @@ class ChunkStore:
         return self._path
 
     def close(self) -> None:
-        """Close the connection. Safe to call twice; any later call on the store raises ``ValueError``."""
-        with self._lock:
+        """Close the connections. Safe to call twice; any later call on the store raises ``ValueError``."""
+        with self._lock, self._read_lock:
+            if self._read_conn is not None:
+                self._read_conn.close()
+                self._read_conn = None
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -249,6 +256,10 @@ class ChunkStore:
             objects = dict(conn.execute("SELECT name, type FROM sqlite_master").fetchall())
             columns = conn.execute(f"PRAGMA table_info({_TABLE})").fetchall()
             log_columns = {row[1] for row in conn.execute(f"PRAGMA table_info({_LOG})").fetchall()}
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise  # another writer held the file past busy_timeout: a retryable condition, not damage
+            raise self._corrupt(str(exc)) from None
         except sqlite3.DatabaseError as exc:
             raise self._corrupt(str(exc)) from None
         if _TABLE in objects and objects[_TABLE] != "table":
@@ -556,21 +567,46 @@ class ChunkStore:
 
         Anything that could change the database (INSERT/UPDATE/DELETE, DDL, ATTACH, value-setting
         PRAGMAs, several statements) is refused with ``ValueError`` before it runs; so is invalid SQL.
+        File stores run the statement on a second connection opened read-only (``mode=ro``), so ad-hoc
+        reads never wait for, or hold up, the writer.
         """
         if not isinstance(sql, str) or not sql.strip():
             raise ValueError("execute_read needs one non-empty SQL statement")
-        with self._lock:
-            conn = self._connection()
+        if self._path == ":memory:":
+            # A second connection would open a different, empty in-memory database: borrow the main one.
+            with self._lock:
+                conn = self._connection()
+                conn.execute("PRAGMA query_only = ON")
+                try:
+                    return self._run_read(conn, sql, params)
+                finally:
+                    conn.execute("PRAGMA query_only = OFF")
+        with self._read_lock:
+            return self._run_read(self._read_connection(), sql, params)
+
+    def _read_connection(self) -> sqlite3.Connection:
+        self._connection()  # raises once the store is closed
+        if self._read_conn is None:
+            uri = f"{Path(self._path).resolve().as_uri()}?mode=ro"
+            conn = sqlite3.connect(
+                uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
             conn.execute("PRAGMA query_only = ON")
-            conn.set_authorizer(_read_only_authorizer)
-            try:
-                cur = conn.cursor()
-                cur.row_factory = sqlite3.Row
-                return cur.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                raise ValueError(
-                    f"execute_read runs a single read-only statement; SQLite refused {sql!r}: {exc}"
-                ) from None
-            finally:
-                conn.set_authorizer(None)
-                conn.execute("PRAGMA query_only = OFF")
+            self._read_conn = conn
+        return self._read_conn
+
+    @staticmethod
+    def _run_read(
+        conn: sqlite3.Connection, sql: str, params: Sequence[Any] | dict[str, Any]
+    ) -> list[sqlite3.Row]:
+        conn.set_authorizer(_read_only_authorizer)
+        try:
+            cur = conn.cursor()
+            cur.row_factory = sqlite3.Row
+            return cur.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise ValueError(
+                f"execute_read runs a single read-only statement; SQLite refused {sql!r}: {exc}"
+            ) from None
+        finally:
+            conn.set_authorizer(None)
