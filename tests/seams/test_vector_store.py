@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -158,5 +160,33 @@ class TestFactory:
         assert make_vector_store() is None
 
     def test_unknown_lists_choices(self) -> None:
-        with pytest.raises(ValueError, match="memory, inprocess, none"):
+        with pytest.raises(ValueError, match="memory, inprocess, pgvector, postgres, none"):
             make_vector_store("faiss")
+
+    def test_in_process_refuses_options(self) -> None:
+        with pytest.raises(ValueError, match="takes no options"):
+            make_vector_store("memory", dim=3)
+
+    def test_pgvector_needs_a_dsn(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("RAGSPINE_STORE_DSN", raising=False)
+        with pytest.raises(ValueError, match="RAGSPINE_STORE_DSN"):
+            make_vector_store("pgvector")
+
+    def test_pgvector_dispatches_lazily_with_the_settings_dsn(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        made: list[tuple[str, dict[str, object]]] = []
+        fake = types.ModuleType("ragspine.stores.pg_vector_store")
+
+        def pg_vector_store(dsn: str, **kw: object) -> str:
+            made.append((dsn, kw))
+            return "pg"
+
+        fake.PgVectorStore = pg_vector_store  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "ragspine.stores.pg_vector_store", fake)
+        monkeypatch.setenv("RAGSPINE_STORE_DSN", "postgresql://u@h/db")
+        assert make_vector_store("Postgres", table="t") == "pg"
+        assert made == [("postgresql://u@h/db", {"table": "t"})]
+
+    def test_pgvector_without_the_extra_names_it(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setitem(sys.modules, "ragspine.stores.pg_vector_store", None)
+        with pytest.raises(ImportError, match=r"pip install 'ragspine\[postgres\]'"):
+            make_vector_store("pgvector", dsn="postgresql://u@h/db")

@@ -6,6 +6,7 @@ RESTRICTED records: that removal stays at the two exits (rerank and link), which
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ import numpy as np
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.settings import Settings
 
-VECTOR_STORE_CHOICES: tuple[str, ...] = ("memory", "inprocess", "none")
+VECTOR_STORE_CHOICES: tuple[str, ...] = ("memory", "inprocess", "pgvector", "postgres", "none")
 
 # A where clause: {key: value} equality, {key: [v1, v2]} membership ("id" addresses record ids), or a filter.
 Where = Mapping[str, Any] | MetadataFilter
@@ -236,8 +237,16 @@ def make_vector_store(spec: str | None = None, **kwargs: Any) -> VectorStore | N
     """Select a vector store by name (case-insensitive).
 
     ``spec=None`` resolves through ``Settings.from_env().vector_store`` (``RAGSPINE_VECTOR_STORE``, default
-    ``"memory"``). ``"memory"``/``"inprocess"`` → ``InProcessVectorStore()``; ``"none"`` → ``None``.
-    Raises ``ValueError`` listing the choices for an unknown name or for unexpected ``kwargs``.
+    ``"memory"``).
+
+    - ``"memory"``/``"inprocess"`` → ``InProcessVectorStore()`` (takes no options)
+    - ``"pgvector"``/``"postgres"`` → ``ragspine.stores.pg_vector_store.PgVectorStore(dsn, **kwargs)``, with
+      ``dsn`` from ``kwargs`` or ``RAGSPINE_STORE_DSN``; imported only when asked for
+    - ``"none"`` → ``None``
+
+    Raises ``ValueError`` listing the choices for an unknown name, for options the in-process store does
+    not take, or for pgvector without a DSN; ``ImportError`` naming the ``postgres`` extra when psycopg is
+    missing.
     """
     if spec is None:
         spec = Settings.from_env().vector_store
@@ -248,4 +257,15 @@ def make_vector_store(spec: str | None = None, **kwargs: Any) -> VectorStore | N
         if kwargs:
             raise ValueError(f"the in-process vector store takes no options, got {sorted(kwargs)}")
         return InProcessVectorStore()
+    if name in ("pgvector", "postgres", "postgresql"):
+        dsn = kwargs.pop("dsn", None) or Settings.from_env().store_dsn
+        if not dsn:
+            raise ValueError("vector store 'pgvector' needs a DSN: pass dsn= or set RAGSPINE_STORE_DSN")
+        try:
+            module = importlib.import_module("ragspine.stores.pg_vector_store")
+        except ImportError as exc:
+            raise ImportError(
+                f"vector store 'pgvector' needs the postgres extra: pip install 'ragspine[postgres]' ({exc})"
+            ) from exc
+        return module.PgVectorStore(dsn, **kwargs)
     raise ValueError(f"unknown vector store {spec!r}; choices: {', '.join(VECTOR_STORE_CHOICES)}")
