@@ -240,10 +240,13 @@ class ChunkStore:
             conn.execute(f"BEGIN {mode}")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # SQLite may already have rolled back (disk full, I/O error); a second ROLLBACK would
+                # raise and hide the original error.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     # ------------------------------------------------------------------ schema
 
