@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ragspine.retrieval.lexical import inverted_index
 from ragspine.retrieval.lexical.bm25 import bm25_scores
 from ragspine.retrieval.lexical.inverted_index import InvertedIndex
 from ragspine.retrieval.lexical.tokenizer import tokenize
@@ -268,3 +269,26 @@ def test_concurrent_searches_return_the_same_results() -> None:
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_merges_in_small_slices_keep_scores_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Large merges run slice by slice; force tiny slices so every slice boundary case is exercised.
+    monkeypatch.setattr(inverted_index, "_MERGE_SLICE", 3)
+    rng = np.random.default_rng(7)
+    vocab = [*"营收利润下滑净", "acme", "revenue", "q3"]
+    index = InvertedIndex()
+    model: dict[str, list[str]] = {}
+    for round_ in range(12):
+        batch = [
+            (f"d{rng.integers(0, 40):02d}", [str(t) for t in rng.choice(vocab, rng.integers(0, 9))])
+            for _ in range(int(rng.integers(1, 6)))
+        ]
+        index.add_many(batch)
+        model.update(batch)
+        if round_ % 3 == 2:
+            gone = sorted(model)[::4]
+            index.remove_many(gone)
+            for key in gone:
+                del model[key]
+        for query in (["营", "revenue"], ["收", "收", "q3"], ["acme"]):
+            assert_matches_reference(index.search(query), model, query, None)

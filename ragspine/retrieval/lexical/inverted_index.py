@@ -11,9 +11,10 @@ Layout
 - Postings live in immutable *segments*: CSR arrays (sorted term ids, offsets, slot int32, tf uint16 or
   uint32), slots ascending within a term. Every write adds one segment and then merges the newest
   segments binary-counter style (a segment is merged into its older neighbour once it is at least as
-  big), so there are O(log n) segments and each posting is copied O(log n) times. Merging drops dead
-  postings. When dead slots outnumber live ones everything is merged into one segment and slots are
-  renumbered densely, so memory follows the live set.
+  big), so there are O(log n) segments and each posting is copied O(log n) times. A merge places every
+  posting from per-term counts (linear time, no sort) and drops dead postings. When dead slots
+  outnumber live ones everything is merged into one segment and slots are renumbered densely, so
+  memory follows the live set.
 - Document frequency is never stored: ``df`` of a term is the number of its live postings, counted when
   the term is first scored after a write. Per-term BM25 contributions over the whole live corpus are
   cached (float64, bounded by ``cache_postings``) and the cache is dropped on every write, because N
@@ -36,7 +37,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -50,6 +51,7 @@ from ragspine.retrieval.lexical.bm25 import validate_bm25_params
 # per token) while keeping batches large enough for vectorised work to dominate.
 _BATCH_TOKENS = 1 << 21
 _DEFAULT_CACHE_POSTINGS = 1 << 23  # ~8M cached postings, ~14 bytes each
+_MERGE_SLICE = 1 << 22  # postings per slice while merging segments
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,6 @@ class _Segment:
     @property
     def nnz(self) -> int:
         return int(self.slots.shape[0])
-
-    def term_of_posting(self) -> np.ndarray:
-        """Term id of every posting, (nnz,) int64."""
-        return np.repeat(self.terms, np.diff(self.indptr))
 
 
 @dataclass(frozen=True)
@@ -111,21 +109,53 @@ def _segment_from_pairs(terms: np.ndarray, slots: np.ndarray, tf: np.ndarray) ->
 def _merge_segments(segments: Sequence[_Segment], alive: np.ndarray, remap: np.ndarray | None) -> _Segment:
     """Merge segments (oldest first), dropping postings of dead slots and optionally renumbering slots.
 
-    Slots grow with time, so concatenating oldest-first and stably sorting by term keeps slots ascending
-    within every term; each input is already term-sorted, so the stable sort only merges sorted runs.
+    Slots grow with time, so within a term the postings of an older segment all precede those of a newer
+    one: every posting's place in the output follows from per-term counts alone (no sort). Work runs in
+    slices of ``_MERGE_SLICE`` postings so the temporaries stay small even for 10^8-posting segments.
     """
-    terms_parts, slots_parts, tf_parts = [], [], []
-    for seg in segments:
-        keep = alive[seg.slots]
-        terms_parts.append(seg.term_of_posting()[keep])
-        slots_parts.append(seg.slots[keep])
-        tf_parts.append(seg.tf[keep].astype(np.uint32, copy=False))
-    terms = np.concatenate(terms_parts)
-    order = np.argsort(terms, kind="stable")
-    slots = np.concatenate(slots_parts)[order]
+    n_terms = max((int(seg.terms[-1]) + 1 for seg in segments if seg.terms.shape[0]), default=0)
+    per_segment = [np.zeros(n_terms, dtype=np.int64) for _ in segments]
+    for seg, counts in zip(segments, per_segment, strict=True):
+        for terms, _, _ in _live_slices(seg, alive):
+            counts += np.bincount(terms, minlength=n_terms)
+    totals = np.sum(per_segment, axis=0) if segments else np.zeros(0, dtype=np.int64)
+    next_free = np.zeros(n_terms, dtype=np.int64)  # where each term's next posting goes in the output
+    np.cumsum(totals[:-1], out=next_free[1:])
+    total = int(totals.sum())
+    out_slots = np.empty(total, dtype=np.int32)
+    tf_dtype = np.result_type(*(seg.tf.dtype for seg in segments)) if segments else np.dtype(np.uint16)
+    out_tf = np.empty(total, dtype=tf_dtype)
+    for seg, counts in zip(segments, per_segment, strict=True):
+        run_start = np.zeros(n_terms, dtype=np.int64)  # first live posting of each term in this segment
+        np.cumsum(counts[:-1], out=run_start[1:])
+        seen = 0
+        for terms, slots, tf in _live_slices(seg, alive):
+            dest = next_free[terms] + (np.arange(seen, seen + terms.shape[0]) - run_start[terms])
+            out_slots[dest] = slots
+            out_tf[dest] = tf
+            seen += terms.shape[0]
+        next_free += counts
+    present = np.flatnonzero(totals)
+    indptr = np.empty(present.shape[0] + 1, dtype=np.int64)
+    np.cumsum(totals[present], out=indptr[1:])
+    indptr[0] = 0
     if remap is not None:
-        slots = remap[slots]
-    return _segment_from_pairs(terms[order], slots, np.concatenate(tf_parts)[order])
+        out_slots = remap[out_slots]
+    return _Segment(terms=present.astype(np.int64), indptr=indptr, slots=out_slots, tf=out_tf)
+
+
+def _live_slices(seg: _Segment, alive: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(term id, slot, tf) of the segment's live postings, in storage order, a slice at a time."""
+    for lo in range(0, seg.nnz, _MERGE_SLICE):
+        hi = min(lo + _MERGE_SLICE, seg.nnz)
+        positions = np.arange(lo, hi, dtype=np.int64)
+        terms = seg.terms[np.searchsorted(seg.indptr, positions, side="right") - 1]
+        slots = seg.slots[lo:hi]
+        tf = seg.tf[lo:hi]
+        keep = alive[slots]
+        if not keep.all():
+            terms, slots, tf = terms[keep], slots[keep], tf[keep]
+        yield terms, slots, tf
 
 
 def _validate_key(key: object) -> str:
