@@ -180,6 +180,8 @@ class ChunkStore:
         # execute_read's own connection (opened read-only on first use) and its lock.
         self._read_conn: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
+        # Resolved now so that a later change of working directory cannot point reads at another file.
+        self._read_uri = "" if path == ":memory:" else f"{Path(path).resolve().as_uri()}?mode=ro"
         try:
             conn = sqlite3.connect(
                 path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
@@ -590,9 +592,12 @@ class ChunkStore:
     def _read_connection(self) -> sqlite3.Connection:
         self._connection()  # raises once the store is closed
         if self._read_conn is None:
-            uri = f"{Path(self._path).resolve().as_uri()}?mode=ro"
             conn = sqlite3.connect(
-                uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                self._read_uri,
+                uri=True,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
             )
             conn.execute("PRAGMA query_only = ON")
             self._read_conn = conn
