@@ -190,3 +190,16 @@ class TestFactory:
         monkeypatch.setitem(sys.modules, "ragspine.stores.pg_vector_store", None)
         with pytest.raises(ImportError, match=r"pip install 'ragspine\[postgres\]'"):
             make_vector_store("pgvector", dsn="postgresql://u@h/db")
+
+
+def test_id_pool_fast_path_agrees_with_the_general_filter_path() -> None:
+    rng = np.random.default_rng(7)
+    store = InProcessVectorStore()
+    store.upsert([VectorRecord(f"c{i:02d}", rng.normal(size=8).tolist(), {"n": i}) for i in range(40)])
+    pool = [f"c{i:02d}" for i in range(0, 40, 3)] + ["absent"]
+    general = make_filter([("id", "in", pool)])
+    assert general is not None
+    q = rng.normal(size=8).tolist()
+    fast = store.query(q, k=6, where={"id": pool})
+    assert fast == store.query(q, k=6, where=general)
+    assert len(fast) == 6 and {h.id for h in fast} <= set(pool)

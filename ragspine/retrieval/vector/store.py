@@ -6,11 +6,13 @@ RESTRICTED records: that removal stays at the two exits (rerank and link), which
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -80,6 +82,7 @@ class _WhereMatcher:
     def __init__(self, where: Where) -> None:
         if isinstance(where, MetadataFilter):
             self._filter: MetadataFilter | None = where
+            self.ids_only: frozenset[Any] | None = None
             self._clauses: list[tuple[str, frozenset[Any] | None, Any]] = []
             return
         if not isinstance(where, Mapping):
@@ -89,6 +92,8 @@ class _WhereMatcher:
             )
         self._filter = None
         self._clauses = []
+        ids = where.get("id") if len(where) == 1 else None
+        self.ids_only = frozenset(ids) if isinstance(ids, list | tuple | set | frozenset) else None
         for key, value in where.items():
             if isinstance(value, list | tuple | set | frozenset):
                 self._clauses.append((str(key), frozenset(value), None))
@@ -106,6 +111,23 @@ class _WhereMatcher:
             elif actual != value:
                 return False
         return True
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _locked(
+    method: Callable[Concatenate[InProcessVectorStore, _P], _R],
+) -> Callable[Concatenate[InProcessVectorStore, _P], _R]:
+    """Run the method under the store's lock (the front tier queries from many threads)."""
+
+    @functools.wraps(method)
+    def wrapper(self: InProcessVectorStore, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class InProcessVectorStore:
@@ -130,6 +152,8 @@ class InProcessVectorStore:
         self._matrix = np.zeros((0, 0), dtype=np.float32)  # (n, dim)
         self._norms = np.zeros((0,), dtype=np.float32)  # (n,)
         self._dim: int | None = None
+        # One lock for reads and writes: a query reads several arrays that upsert/delete replace.
+        self._lock = threading.Lock()
 
     @property
     def dim(self) -> int | None:
@@ -140,6 +164,7 @@ class InProcessVectorStore:
         """Number of records stored."""
         return len(self._ids)
 
+    @_locked
     def upsert(self, records: Iterable[VectorRecord]) -> None:
         """Insert or replace records by id. All records are validated before any is stored."""
         batch: dict[str, tuple[np.ndarray, dict[str, Any]]] = {}
@@ -175,6 +200,7 @@ class InProcessVectorStore:
             self._matrix = np.concatenate([base, added])
             self._norms = np.concatenate([self._norms, np.linalg.norm(added, axis=1).astype(np.float32)])
 
+    @_locked
     def query(self, vector: Sequence[float], *, k: int = 10, where: Where | None = None) -> list[VectorHit]:
         """The ``k`` records most cosine-similar to ``vector`` among those passing ``where``.
 
@@ -192,6 +218,11 @@ class InProcessVectorStore:
             return []
         if matcher is None:
             rows = np.arange(len(self._ids))
+        elif matcher.ids_only is not None:
+            # {"id": [...]} (the retriever's pre-filtered pool): index lookups instead of a scan.
+            rows = np.array(
+                sorted(self._index[i] for i in matcher.ids_only if i in self._index), dtype=np.int64
+            )
         else:
             rows = np.fromiter(
                 (i for i, rid in enumerate(self._ids) if matcher(rid, self._metadata[i])), dtype=np.int64
@@ -208,6 +239,7 @@ class InProcessVectorStore:
         ranked = sorted(keep.tolist(), key=lambda j: (-float(sims[j]), self._ids[rows[j]]))[:k]
         return [VectorHit(self._ids[rows[j]], float(sims[j]), dict(self._metadata[rows[j]])) for j in ranked]
 
+    @_locked
     def delete(self, *, where: Where) -> int:
         """Remove every record passing ``where``; returns how many were removed.
 
@@ -228,6 +260,7 @@ class InProcessVectorStore:
             self._index = {rid: i for i, rid in enumerate(self._ids)}
         return removed
 
+    @_locked
     def get(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
         """Stored vectors (float32 copies, as given, not normalised) by id; absent ids are skipped."""
         return {rid: self._matrix[self._index[rid]].copy() for rid in ids if rid in self._index}
