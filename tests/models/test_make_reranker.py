@@ -1,0 +1,83 @@
+"""``make_reranker``: spec and RAGSPINE_* resolution, the auto fallback, errors."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from ragspine.retrieval.rerank.cross_encoder import (
+    RERANKER_CHOICES,
+    ColBERTReranker,
+    CrossEncoderReranker,
+    SpladeReranker,
+    make_reranker,
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RAGSPINE_RERANKER", "RAGSPINE_RERANKER_MODEL", "RAGSPINE_DEVICE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_none_means_no_reranker(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert make_reranker("none") is None
+    assert make_reranker(" None ") is None
+    assert make_reranker() is None  # Settings default is "none"
+    monkeypatch.setenv("RAGSPINE_RERANKER", "none")
+    assert make_reranker(None) is None
+
+
+def test_unknown_spec_lists_the_choices() -> None:
+    with pytest.raises(ValueError) as info:
+        make_reranker("bm42")
+    for choice in RERANKER_CHOICES:
+        assert choice in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["cross_encoder", "ce", "CE", "cross-encoder"])
+def test_cross_encoder_from_kwargs(spec: str, tiny_cross_encoder: Path) -> None:
+    reranker = make_reranker(spec, model_name_or_path=str(tiny_cross_encoder), device="cpu")
+    assert isinstance(reranker, CrossEncoderReranker)
+    assert reranker.model_name == str(tiny_cross_encoder)
+
+
+@pytest.mark.slow
+def test_spec_and_model_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tiny_cross_encoder: Path
+) -> None:
+    monkeypatch.setenv("RAGSPINE_RERANKER", "ce")
+    monkeypatch.setenv("RAGSPINE_RERANKER_MODEL", str(tiny_cross_encoder))
+    monkeypatch.setenv("RAGSPINE_DEVICE", "cpu")
+    reranker = make_reranker()
+    assert isinstance(reranker, CrossEncoderReranker)
+    assert reranker.model_name == str(tiny_cross_encoder) and reranker.device == "cpu"
+
+
+@pytest.mark.slow
+def test_auto_loads_when_it_can(tiny_cross_encoder: Path) -> None:
+    assert isinstance(make_reranker("auto", model_name_or_path=str(tiny_cross_encoder)), CrossEncoderReranker)
+
+
+def test_auto_degrades_to_none_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert make_reranker("auto", model_name_or_path=str(tmp_path / "absent")) is None
+    assert "reranking disabled" in caplog.text
+
+
+def test_explicit_cross_encoder_that_cannot_load_raises(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="absent"):
+        make_reranker("cross_encoder", model_name_or_path=str(tmp_path / "absent"))
+
+
+@pytest.mark.slow
+def test_colbert_and_splade(tiny_colbert: Path) -> None:
+    assert isinstance(
+        make_reranker("colbert", model_name_or_path=str(tiny_colbert), device="cpu"), ColBERTReranker
+    )
+    splade = make_reranker("splade", device="cpu")
+    assert isinstance(splade, SpladeReranker)
+    assert splade.score("heart attack", ["heart attack risk", "stock prices"])[0] > 0
