@@ -119,8 +119,9 @@ class PgVectorStore:
         row = (
             self._connection()
             .execute(
-                "SELECT a.atttypmod FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
-                " WHERE c.relname = %s AND a.attname = 'embedding' AND c.relkind = 'r'",
+                # to_regclass resolves the name through search_path, as every other statement here does.
+                "SELECT atttypmod FROM pg_attribute"
+                " WHERE attrelid = to_regclass(%s) AND attname = 'embedding'",
                 (self._table,),
             )
             .fetchone()
