@@ -24,6 +24,7 @@ class Settings:
     embedding: str = "auto"
     embedding_backend: str = ""  # spec alias of ``embedding``; wins when set
     embedding_model: str = ""
+    sparse_model: str = ""  # SPLADE id or path for sparse modes; empty = the packaged SPLADE-tiny
     reranker: str = "none"
     reranker_model: str = ""
     chunker: str = "default"

@@ -2,7 +2,8 @@
 
 Retrieval modes economy / bm25 / lexical construct no embedding backend and no vector store at all; auto /
 hybrid / vector build the embedding backend the settings name (``auto`` = the packaged ONNX model when the
-models extra is installed, else none, so a bare install stays pure BM25).
+models extra is installed, else none, so a bare install stays pure BM25); sparse / hybrid_sparse add the
+SPLADE first stage (``RAGSPINE_SPARSE_MODEL``, default the packaged SPLADE-tiny).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter, load_glossary
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
-from ragspine.retrieval.lexical.types import EmbeddingBackend
+from ragspine.retrieval.lexical.types import EmbeddingBackend, SparseEncoder
 from ragspine.retrieval.mode import RetrievalMode, make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.settings import Settings
@@ -31,6 +32,23 @@ def resolve_embedding(settings: Settings, mode: RetrievalMode) -> EmbeddingBacke
     from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
 
     return make_embedding_backend(settings.embedding_spec or "none")
+
+
+def resolve_sparse(settings: Settings, mode: RetrievalMode) -> SparseEncoder | None:
+    """The learned-sparse encoder for sparse modes (None otherwise; never constructed there)."""
+    if not mode.uses_sparse:
+        return None
+    try:
+        module = importlib.import_module("ragspine.models.sparse")
+    except ImportError as exc:
+        raise ImportError(
+            f"retrieval mode {mode.name!r} needs the models extra: pip install 'ragspine[models]' ({exc})"
+        ) from exc
+    kwargs: dict[str, Any] = {}
+    if settings.sparse_model:
+        kwargs["model_name_or_path"] = settings.sparse_model
+    encoder: SparseEncoder = module.SpladeEncoder(**kwargs)
+    return encoder
 
 
 def resolve_reranker(settings: Settings) -> Reranker | None:
@@ -73,6 +91,7 @@ def assemble_index(
         "query_rewriter": GlossaryQueryRewriter(glossary=glossary),
         "vector_store": vector_store,
         "reranker": reranker if reranker is not None else resolve_reranker(settings),
+        "sparse_encoder": resolve_sparse(settings, mode),
     }
     if settings.filter_extractor.strip().lower() not in ("", "none"):
         from ragspine.retrieval.filtering.automatic import make_filter_extractor

@@ -10,6 +10,7 @@ or not RESTRICTED content was ingested. The rerank and link exits still strip RE
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -28,12 +29,14 @@ from ragspine.retrieval.constants import (
 )
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.lexical.bm25 import rrf_fuse
+from ragspine.retrieval.lexical.impact_index import ImpactIndex
 from ragspine.retrieval.lexical.inverted_index import InvertedIndex
 from ragspine.retrieval.lexical.tokenizer import tokenize
-from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult
+from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
 from ragspine.retrieval.vector.store import VectorRecord, VectorStore
 
 IndexTextFn = Callable[[Chunk], str]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -88,6 +91,7 @@ class HybridRetriever:
         vector_store: VectorStore | None = None,
         manage_vectors: bool = True,
         index_text_fn: IndexTextFn | None = None,
+        sparse_encoder: SparseEncoder | None = None,
     ) -> None:
         if rrf_k <= 0:
             raise ValueError(f"rrf_k must be positive, got {rrf_k!r}")
@@ -98,12 +102,17 @@ class HybridRetriever:
         self.vector_store = vector_store
         self.manage_vectors = manage_vectors
         self.index_text_fn = index_text_fn
+        self.sparse_encoder = sparse_encoder
         self._lock = threading.RLock()
         self._lex = InvertedIndex(k1=k1, b=b)
         self._chunks: dict[str, Chunk] = {}
         # field -> value -> chunk ids; makes the keyword pre-filter (topic=..., entity=...) a set lookup.
         self._by_field: dict[str, dict[str, set[str]]] = {f: {} for f in METADATA_FIELDS}
         self._vectors: MutableMapping[str, list[float]] = {} if embedding_cache is None else embedding_cache
+        # Learned-sparse first stage: documents are encoded when added; any the encoder failed on wait in
+        # ``_sparse_pending`` and are retried before the next sparse search.
+        self._sparse = ImpactIndex()
+        self._sparse_pending: set[str] = set()
         self.add_chunks(chunks)
 
     # ------------------------------------------------------------------ maintenance
@@ -138,7 +147,24 @@ class HybridRetriever:
                 self._chunks[c.chunk_id] = c
                 for f in METADATA_FIELDS:
                     self._by_field[f].setdefault(getattr(c, f), set()).add(c.chunk_id)
+            if self.sparse_encoder is not None:
+                self._sparse_pending.update(c.chunk_id for c in batch)
+                try:
+                    self._encode_pending_sparse()
+                except Exception as exc:  # the store already holds the chunks; retried at query time
+                    log.warning("sparse encoding of %d chunks failed (%s); will retry", len(batch), exc)
         return len(batch)
+
+    def _encode_pending_sparse(self) -> None:
+        assert self.sparse_encoder is not None
+        pending = sorted(self._sparse_pending)
+        if not pending:
+            return
+        weights = self.sparse_encoder.encode([self.index_text(self._chunks[cid]) for cid in pending])
+        if len(weights) != len(pending):
+            raise RuntimeError(f"sparse encoder returned {len(weights)} maps for {len(pending)} texts")
+        self._sparse.add_many(zip(pending, weights, strict=True))
+        self._sparse_pending.clear()
 
     def remove_chunks(self, chunk_ids: Iterable[str]) -> int:
         """Drop chunks from every index (unknown ids are ignored). Returns how many were removed."""
@@ -155,6 +181,8 @@ class HybridRetriever:
         if not ids:
             return 0
         self._lex.remove_many(ids)
+        self._sparse.remove_many(ids)
+        self._sparse_pending.difference_update(ids)
         for cid in ids:
             chunk = self._chunks.pop(cid)
             for f in METADATA_FIELDS:
@@ -252,6 +280,19 @@ class HybridRetriever:
                     rankings.append([cid for cid, _ in vector_hits])
                     vector = dict(vector_hits)
                 report.timings_ms["vector"] = (time.perf_counter() - t2) * 1000.0
+            sparse: dict[str, float] | None = None
+            if self.sparse_encoder is not None:
+                t3 = time.perf_counter()
+                try:
+                    sparse_hits = self._sparse_ranking(query, candidates, k)
+                except Exception as exc:  # like the dense channel: degrade, never fail the query
+                    report.degraded.append("sparse")
+                    report.errors["sparse"] = f"{type(exc).__name__}: {exc}"
+                    sparse = {}
+                else:
+                    rankings.append([cid for cid, _ in sparse_hits])
+                    sparse = dict(sparse_hits)
+                report.timings_ms["sparse"] = (time.perf_counter() - t3) * 1000.0
             fused = rrf_fuse(rankings, k=self.rrf_k)
             order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
             report.results = [
@@ -260,6 +301,7 @@ class HybridRetriever:
                     bm25_score=bm25.get(cid, 0.0),
                     vector_score=vector.get(cid, 0.0),
                     fused_score=score,
+                    sparse_score=None if sparse is None else sparse.get(cid, 0.0),
                 )
                 for cid, score in order
             ]
@@ -295,6 +337,14 @@ class HybridRetriever:
             return None if ids is None else sorted(ids)
         pool: Iterable[str] = self._chunks if ids is None else sorted(ids)
         return [cid for cid in pool if metadata_filter.matches(self._chunks[cid])]
+
+    def _sparse_ranking(self, query: str, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
+        assert self.sparse_encoder is not None
+        self._encode_pending_sparse()
+        encode_queries = getattr(self.sparse_encoder, "encode_queries", None)
+        qweights = (encode_queries or self.sparse_encoder.encode)([query])[0]
+        allowed = None if candidates is None else self._sparse.mask(candidates)
+        return self._sparse.search(qweights, k, allowed=allowed)
 
     def _vector_ranking(self, query: str, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
         assert self.embedding_backend is not None

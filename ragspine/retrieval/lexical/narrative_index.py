@@ -24,7 +24,7 @@ from ragspine.retrieval.constants import (
 )
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of
 from ragspine.retrieval.lexical.hybrid import HybridRetriever, IndexTextFn, validate_top_k
-from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult
+from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.retrieval.rerank.listwise_rerank import ListwiseJudge, listwise_rerank
 from ragspine.retrieval.rerank.pointwise import rerank_with
@@ -80,6 +80,7 @@ class NarrativeIndex:
         chunker: Chunker | Callable[..., list[Chunk]] | None = None,
         reranker: Reranker | None = None,
         embedding_cache: MutableMapping[str, list[float]] | None = None,
+        sparse_encoder: SparseEncoder | None = None,
     ) -> None:
         if persistence_policy not in (None, "memory"):
             raise ValueError(
@@ -110,6 +111,7 @@ class NarrativeIndex:
             vector_store=vector_store,
             index_text_fn=index_text_fn,
             embedding_cache=embedding_cache,
+            sparse_encoder=sparse_encoder,
         )
         for c in chunks:
             self._doc_chunks.setdefault(c.doc_id, []).append(c.chunk_id)

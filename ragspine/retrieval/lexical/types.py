@@ -22,6 +22,16 @@ class QueryRewriter(Protocol):
     def rewrite(self, query: str) -> list[str]: ...
 
 
+@runtime_checkable
+class SparseEncoder(Protocol):
+    """Learned-sparse encoder (SPLADE): one term → weight map per text, same order.
+
+    Implementations may also offer ``encode_queries(texts)`` for a query-side encoding.
+    """
+
+    def encode(self, texts: list[str]) -> list[dict[str, float]]: ...
+
+
 @dataclass(frozen=True)
 class RetrievalResult:
     """A scored chunk. ``chunk`` is a ``Chunk`` or ``StoredChunk``.
