@@ -229,7 +229,11 @@ class InProcessVectorStore:
             )
         if rows.size == 0:
             return []
-        sims = (self._matrix[rows] @ q) / (self._norms[rows] * np.linalg.norm(q))  # (m,)
+        # Unfiltered queries use the matrix as is: fancy indexing would copy all of it.
+        matrix, norms = (
+            (self._matrix, self._norms) if matcher is None else (self._matrix[rows], self._norms[rows])
+        )
+        sims = (matrix @ q) / (norms * np.linalg.norm(q))  # (m,)
         if k < rows.size:
             # Keep everything tied with the k-th best so ties resolve by id, not by storage slot.
             kth = np.partition(sims, rows.size - k)[rows.size - k]
