@@ -8,12 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class BeirDoc:
-    doc_id: str
-    title: str
-    text: str
+from ragspine.ingest.beir import BeirDocument, iter_beir_jsonl
 
 
 @dataclass
@@ -21,7 +16,7 @@ class BeirDataset:
     """A loaded dataset. ``qrels`` maps query id → {doc id: graded relevance}."""
 
     name: str
-    corpus: list[BeirDoc]
+    corpus: list[BeirDocument]
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
 
@@ -61,12 +56,7 @@ def load_beir(folder: str | Path) -> BeirDataset:
             raise FileNotFoundError(
                 f"{root}: missing {name}; expected corpus.jsonl, queries.jsonl, qrels.tsv"
             )
-    corpus = [
-        BeirDoc(str(o.get("_id", "")), str(o.get("title", "") or ""), str(o.get("text", "") or ""))
-        for o in _jsonl(root / "corpus.jsonl")
-    ]
-    if any(not d.doc_id for d in corpus):
-        raise ValueError(f"{root / 'corpus.jsonl'}: every line needs a non-empty _id")
+    corpus = list(iter_beir_jsonl(root / "corpus.jsonl"))
     queries = {str(o["_id"]): str(o.get("text", "")) for o in _jsonl(root / "queries.jsonl") if "_id" in o}
     qrels: dict[str, dict[str, int]] = {}
     path = _qrels_path(root)
