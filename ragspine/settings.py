@@ -35,6 +35,7 @@ class Settings:
     glossary_path: str = ""
     device: str = "auto"
     visual_embedder: str = "none"
+    llm_provider: str = ""  # none | openai | deterministic; empty = openai when llm_base_url is set
     llm_base_url: str = ""
     llm_api_key: str = ""
     llm_model: str = ""

@@ -160,7 +160,7 @@ def make_llm_provider(spec: str | None = None, **kwargs: Any) -> LLMProvider | N
     """
     settings = Settings.from_env()
     if spec is None:
-        spec = settings.extra.get("llm_provider", "") or ("openai" if settings.llm_base_url else "none")
+        spec = settings.llm_provider or ("openai" if settings.llm_base_url else "none")
     name = str(spec).strip().lower().replace("-", "_")
     if name in ("", "none"):
         return None
