@@ -104,10 +104,9 @@ def snippet_message(snippet: Mapping[str, Any]) -> retrieval_pb2.Snippet:
     must have dropped them, so reaching here is a bug that must fail loudly, never leak."""
     if is_restricted(snippet.get("sensitivity", "")):
         raise RuntimeError("a RESTRICTED snippet reached the response converter")
-    message = retrieval_pb2.Snippet(
-        **{key: str(snippet.get(key) or "") for key in _SNIPPET_STRINGS},
-        is_visual=bool(snippet.get("is_visual", False)),
-    )
+    message = retrieval_pb2.Snippet(is_visual=bool(snippet.get("is_visual", False)))
+    for key in _SNIPPET_STRINGS:
+        setattr(message, key, str(snippet.get(key) or ""))
     scores = snippet.get("scores") or {}
     for key in _SCORE_KEYS:
         if scores.get(key) is not None:
