@@ -90,3 +90,26 @@ def test_reverse_proof_changing_stages_are_caught(tmp_path: Path) -> None:
     baseline = _dump(tmp_path, "base")
     assert _dump(tmp_path, "pp", postprocessor=_Reverse()) != baseline
     assert _dump(tmp_path, "rw", query_rewriter=_Rewriter(["battery supplier"])) != baseline
+
+
+def test_bare_install_auto_is_pure_bm25(tmp_path: Path, monkeypatch: Any) -> None:
+    """Without the models extra, RAGSPINE_EMBEDDING=auto resolves to no backend: economy's exact bytes."""
+    import sys
+
+    from ragspine.retrieval.assembly import assemble_index
+    from ragspine.settings import Settings
+
+    monkeypatch.setitem(sys.modules, "ragspine.models.dense", None)  # import now raises ImportError
+
+    def dump(mode: str) -> bytes:
+        store = ChunkStore(tmp / f"{mode}.db")
+        store.init_schema()
+        index = assemble_index(store, Settings(retrieval_mode=mode, embedding="auto"))
+        assert index.embedding_backend is None
+        index.ingest_many(make_documents(30, seed=3, restricted_every=5))
+        out = [NarrativeIndexRetriever(index).retrieve(q, top_k=20) for q in QUERIES]
+        store.close()
+        return json.dumps(out, sort_keys=True, ensure_ascii=False).encode()
+
+    tmp = tmp_path
+    assert dump("auto") == dump("economy")
