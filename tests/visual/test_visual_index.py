@@ -210,3 +210,15 @@ def test_bad_search_arguments(word_encoder, query, kwargs) -> None:
     index.add_pages(_public_pages())
     with pytest.raises(ValueError):
         index.search(query, **kwargs)
+
+
+def test_reindexing_a_page_replaces_its_vectors(word_encoder) -> None:
+    index = VisualPageIndex(VisualPageStore(":memory:"), word_encoder)
+    index.add_pages(_public_pages())
+    before = index.search("risk factors litigation", k=1)[0]
+    assert before.locator == "pub#page=5" and before.score == pytest.approx(3.0, abs=1e-3)  # 3 exact words
+    index.add_pages([PageRecord("pub", 5, image="goodwill impairment")])
+    assert len(index) == 6
+    assert index.search("goodwill impairment", k=1)[0].locator == "pub#page=5"
+    (after,) = index.search("risk factors litigation", k=6, allowed={"pub#page=5"})
+    assert after.score < 1.5  # no exact word left on the page

@@ -99,7 +99,13 @@ class VisualPageIndex:
         if len(vectors) != len(allowed):
             raise ValueError(f"encoder returned {len(vectors)} pages for {len(allowed)} images")
         written = self.store.put_pages(allowed, vectors, encoder=self.encoder.name)
-        self._reload()
+        # Read back only what was written (pooling / dtype as stored), replacing any earlier version.
+        fresh = self.store.load(keys=[(r.library, r.doc_id, r.page) for r in allowed])
+        with self._lock:
+            replaced = {(p.library, p.doc_id, p.page) for p in fresh}
+            kept = [p for p in self._pages if (p.library, p.doc_id, p.page) not in replaced]
+            self._pages = sorted([*kept, *fresh], key=lambda p: (p.library, p.doc_id, p.page))
+            self._padded = None
         return written
 
     def remove_doc(self, doc_id: str, *, library: str | None = None) -> int:

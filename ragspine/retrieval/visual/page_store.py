@@ -170,8 +170,25 @@ class VisualPageStore:
                 )
         return cur.rowcount
 
-    def load(self, *, library: str | None = None, with_vectors: bool = True) -> list[StoredPage]:
-        """Every stored page (of ``library`` when given), ordered by (library, doc_id, page)."""
+    def load(
+        self,
+        *,
+        library: str | None = None,
+        keys: Sequence[tuple[str, str, int]] | None = None,
+        with_vectors: bool = True,
+    ) -> list[StoredPage]:
+        """Stored pages ordered by (library, doc_id, page): all of them, those of ``library``, or exactly
+        the ``(library, doc_id, page)`` ``keys`` that exist."""
+        if keys is not None:
+            with self._lock:
+                rows = [
+                    row
+                    for key in sorted(set(keys))
+                    for row in self._conn.execute(
+                        "SELECT * FROM visual_pages WHERE library = ? AND doc_id = ? AND page = ?", key
+                    ).fetchall()
+                ]
+            return [self._row_to_page(row, with_vectors) for row in rows]
         sql = "SELECT * FROM visual_pages"
         params: tuple[str, ...] = ()
         if library is not None:
