@@ -19,7 +19,9 @@ from ragspine.services._gen import model_worker_pb2, model_worker_pb2_grpc
 from ragspine.services.common.deadline import remaining_s
 from ragspine.services.common.errors import BackendUnavailableError
 from ragspine.services.common.server import grpc_options
+from ragspine.services.worker.batcher import approx_tokens
 
+DEFAULT_MAX_BATCH_TOKENS = 16_384
 _MIN_CALL_S = 0.005  # below this a worker call cannot succeed; skip it and degrade at once
 
 
@@ -50,6 +52,7 @@ class WorkerClient:
             self._channel = grpc.insecure_channel(address, options=grpc_options())
         self._stub = model_worker_pb2_grpc.ModelWorkerServiceStub(self._channel)
         self._lock = threading.Lock()
+        self._published: tuple[int, int] | None = None
 
     def close(self) -> None:
         self._channel.close()
@@ -74,9 +77,36 @@ class WorkerClient:
             detail = exc.details() if hasattr(exc, "details") else ""
             raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
 
+    def _limits(self) -> tuple[int, int]:
+        """``(max texts, max tokens)`` per request: the worker's published limits, fetched once."""
+        with self._lock:
+            if self._published is None:
+                try:
+                    info = self.info()
+                except BackendUnavailableError:
+                    return self.max_client_batch, DEFAULT_MAX_BATCH_TOKENS  # try again next time
+                self._published = (
+                    min(self.max_client_batch, info.max_client_batch or self.max_client_batch),
+                    info.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
+                )
+            return self._published
+
     def _batches(self, texts: Sequence[str]) -> list[list[str]]:
-        n = self.max_client_batch
-        return [list(texts[i : i + n]) for i in range(0, len(texts), n)]
+        """Split ``texts`` so each request fits the worker's count and token limits."""
+        max_texts, max_tokens = self._limits()
+        batches: list[list[str]] = []
+        current: list[str] = []
+        used = 0
+        for text in texts:
+            cost = approx_tokens(text)
+            if current and (len(current) >= max_texts or used + cost > max_tokens):
+                batches.append(current)
+                current, used = [], 0
+            current.append(text)
+            used += cost
+        if current:
+            batches.append(current)
+        return batches
 
     def embed(self, texts: Sequence[str], *, query: bool) -> list[list[float]]:
         """One vector per text; batches larger than ``max_client_batch`` are split."""

@@ -37,12 +37,18 @@ def _start(embedding: CountingEmbedding, limits: WorkerLimits | None = None) -> 
 
 
 @pytest.fixture()
-def worker() -> Iterator[tuple[model_worker_pb2_grpc.ModelWorkerServiceStub, CountingEmbedding]]:
+def worker_server() -> Iterator[tuple[RunningServer, CountingEmbedding]]:
     embedding = CountingEmbedding()
-    running = _start(embedding, WorkerLimits(max_client_batch=4, max_input_chars=50, max_batch_tokens=64))
+    running = _start(embedding, WorkerLimits(max_client_batch=4, max_input_chars=200, max_batch_tokens=64))
+    yield running, embedding
+    running.stop(0)
+
+
+@pytest.fixture()
+def worker(worker_server) -> Iterator[tuple[model_worker_pb2_grpc.ModelWorkerServiceStub, CountingEmbedding]]:
+    running, embedding = worker_server
     with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
         yield model_worker_pb2_grpc.ModelWorkerServiceStub(channel), embedding
-    running.stop(0)
 
 
 def test_embed_returns_one_vector_per_text_and_timings(worker) -> None:
@@ -86,7 +92,7 @@ def test_split_semantic_marks_topic_changes(worker) -> None:
 def test_info_publishes_limits_and_loaded_models(worker) -> None:
     stub, _ = worker
     before = stub.Info(pb.ModelWorkerServiceInfoRequest(), metadata=AUTH, timeout=5)
-    assert (before.max_client_batch, before.max_input_chars, before.max_batch_tokens) == (4, 50, 64)
+    assert (before.max_client_batch, before.max_input_chars, before.max_batch_tokens) == (4, 200, 64)
     assert before.embedding_model == "fake" and before.reranker_model == "length"
     stub.Rerank(pb.RerankRequest(query="q", texts=["a"]), metadata=AUTH, timeout=5)
     after = stub.Info(pb.ModelWorkerServiceInfoRequest(), metadata=AUTH, timeout=5)
@@ -99,7 +105,7 @@ def test_info_publishes_limits_and_loaded_models(worker) -> None:
         (pb.EmbedRequest(texts=[]), grpc.StatusCode.INVALID_ARGUMENT),
         (pb.EmbedRequest(texts=["  "]), grpc.StatusCode.INVALID_ARGUMENT),
         (pb.EmbedRequest(texts=["x"] * 5), grpc.StatusCode.RESOURCE_EXHAUSTED),
-        (pb.EmbedRequest(texts=["x" * 51]), grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (pb.EmbedRequest(texts=["x" * 201]), grpc.StatusCode.RESOURCE_EXHAUSTED),
         (pb.EmbedRequest(texts=["word " * 40, "word " * 40]), grpc.StatusCode.RESOURCE_EXHAUSTED),
     ],
     ids=["empty", "blank", "too-many", "too-long", "too-many-tokens"],
@@ -154,3 +160,18 @@ def test_overload_is_rejected_at_once_not_after_a_timeout() -> None:
 
 def _quiet_embed(stub: model_worker_pb2_grpc.ModelWorkerServiceStub, text: str) -> None:
     stub.Embed(pb.EmbedRequest(texts=[text]), metadata=AUTH, timeout=10)
+
+
+def test_front_client_splits_large_batches_to_fit_the_published_limits(worker_server) -> None:
+    from ragspine.services.front.remote import WorkerClient
+
+    running, embedding = worker_server
+    # 10 texts of ~27 tokens: more than 4 per call and more than 64 tokens for three of them.
+    texts = [f"passage {i} " + "word " * 25 for i in range(10)]
+    client = WorkerClient(f"127.0.0.1:{running.port}", token=TOKEN)
+    try:
+        vectors = client.embed(texts, query=False)
+    finally:
+        client.close()
+    assert len(vectors) == len(texts)
+    assert embedding.seen == texts

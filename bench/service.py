@@ -1,0 +1,233 @@
+"""Retrieve over gRPC against the in-process pipeline, on SciFact, same run.
+
+For each setup the script ingests SciFact once into a scratch data folder, starts real servers as
+subprocesses on loopback, and measures:
+  in-process   NarrativeIndexRetriever.retrieve_report on the same store, one query at a time
+  grpc c=N     RetrievalService.Retrieve from an asyncio client keeping N calls in flight
+Setups:
+  laptop-lexical   `ragspine serve all`, BM25 only
+  split-hybrid     `ragspine serve worker` + `ragspine serve front`, BM25 + dense (deterministic backend
+                   on the worker), i.e. every query makes one front→worker Embed call
+Printed per row: p50 / p99 latency (ms), throughput (queries/s), errors; and the gRPC p50 overhead
+(c=1 minus in-process). Goal: overhead <= 1 ms at p50, zero errors at c=32.
+
+Usage: python bench/service.py [--data ../shared/data/scifact] [--queries 300] [--levels 1,8,32] [--json]
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import socket  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import grpc  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from ragspine.services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
+from ragspine.services.client import LocalFront  # noqa: E402
+from ragspine.services.front.libraries import LibraryCatalog  # noqa: E402
+
+from ragspine.ingest import iter_beir_jsonl  # noqa: E402
+from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
+from ragspine.settings import Settings  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "scifact"
+LIBRARY = "scifact"
+TOP_K = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _queries(data: Path, n: int) -> list[str]:
+    out = []
+    with open(data / "queries.jsonl", encoding="utf-8") as handle:
+        for line in handle:
+            out.append(json.loads(line)["text"])
+    return out[:n]
+
+
+def _ingest(data: Path, data_dir: Path) -> float:
+    front = LocalFront(Settings(data_dir=str(data_dir)), load_models=False)
+
+    def messages() -> Iterator[retrieval_pb2.IngestStreamRequest]:
+        for doc in iter_beir_jsonl(data / "corpus.jsonl"):
+            document = retrieval_pb2.Document(doc_id=doc.doc_id, title=doc.title, text=doc.text)
+            yield retrieval_pb2.IngestStreamRequest(library=LIBRARY, document=document)
+
+    started = time.perf_counter()
+    front.IngestStream(messages())
+    front.close()
+    return time.perf_counter() - started
+
+
+def _stats(latencies_ms: list[float], elapsed_s: float, errors: int) -> dict[str, float]:
+    ordered = sorted(latencies_ms)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] if ordered else float("nan")
+    return {
+        "p50_ms": statistics.median(ordered) if ordered else float("nan"),
+        "p99_ms": p99,
+        "qps": len(ordered) / elapsed_s if elapsed_s else float("nan"),
+        "errors": errors,
+        "n": len(ordered),
+    }
+
+
+def in_process(settings: Settings, queries: list[str]) -> dict[str, float]:
+    """The domain call the front's servicer makes, without gRPC, one query at a time."""
+    catalog = LibraryCatalog(settings)
+    index = catalog.get(LIBRARY).index()
+    retriever = NarrativeIndexRetriever(index, retry_without_filters=False)
+    for query in queries[:10]:  # warm-up: caches, lazily embedded chunk vectors
+        retriever.retrieve_report(query, top_k=TOP_K)
+    latencies = []
+    started = time.perf_counter()
+    for query in queries:
+        t0 = time.perf_counter()
+        retriever.retrieve_report(query, top_k=TOP_K)
+        latencies.append((time.perf_counter() - t0) * 1e3)
+    elapsed = time.perf_counter() - started
+    catalog.close()
+    return _stats(latencies, elapsed, 0)
+
+
+async def over_grpc(address: str, queries: list[str], concurrency: int, total: int) -> dict[str, float]:
+    """``total`` Retrieve calls with ``concurrency`` in flight from one asyncio client."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+        for query in queries[:10]:
+            await stub.Retrieve(retrieval_pb2.RetrieveRequest(query=query, top_k=TOP_K), timeout=60)
+        latencies: list[float] = []
+        errors = 0
+        next_index = 0
+
+        async def client() -> None:
+            nonlocal errors, next_index
+            while next_index < total:
+                query = queries[next_index % len(queries)]
+                next_index += 1
+                t0 = time.perf_counter()
+                try:
+                    response = await stub.Retrieve(
+                        retrieval_pb2.RetrieveRequest(query=query, top_k=TOP_K), timeout=30
+                    )
+                except grpc.aio.AioRpcError:
+                    errors += 1
+                    continue
+                latencies.append((time.perf_counter() - t0) * 1e3)
+                if response.degraded:
+                    errors += 1  # a degraded answer counts against the zero-error goal
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        return _stats(latencies, time.perf_counter() - started, errors)
+
+
+def _wait_serving(address: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with grpc.insecure_channel(address) as channel:
+            try:
+                status = (
+                    health_pb2_grpc.HealthStub(channel)
+                    .Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    .status
+                )
+            except grpc.RpcError:
+                status = None
+        if status == health_pb2.HealthCheckResponse.SERVING:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{address} did not become SERVING")
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    handle = log.open("wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "ragspine", *args], env={**os.environ, **env}, stdout=handle, stderr=handle
+    )
+
+
+def run_setup(name: str, data_dir: Path, queries: list[str], levels: list[int], total: int) -> dict[str, Any]:
+    hybrid = name == "split-hybrid"
+    common = {"RAGSPINE_DATA_DIR": str(data_dir), "RAGSPINE_RERANKER": "none"}
+    procs = []
+    front_port = _free_port()
+    if hybrid:
+        worker_port = _free_port()
+        env = {**common, "RAGSPINE_EMBEDDING": "deterministic"}
+        procs.append(_spawn(["serve", "worker", "--port", str(worker_port)], env, data_dir / "worker.log"))
+        front_env = {
+            **env,
+            "RAGSPINE_RETRIEVAL_MODE": "hybrid",
+            "RAGSPINE_WORKER_ADDRESS": f"127.0.0.1:{worker_port}",
+        }
+        procs.append(_spawn(["serve", "front", "--port", str(front_port)], front_env, data_dir / "front.log"))
+        settings = Settings(data_dir=str(data_dir), retrieval_mode="hybrid", embedding="deterministic")
+    else:
+        env = {**common, "RAGSPINE_RETRIEVAL_MODE": "economy"}
+        procs.append(_spawn(["serve", "all", "--port", str(front_port)], env, data_dir / "all.log"))
+        settings = Settings(data_dir=str(data_dir), retrieval_mode="economy")
+    try:
+        address = f"127.0.0.1:{front_port}"
+        _wait_serving(address)
+        rows: dict[str, Any] = {"in-process": in_process(settings, queries)}
+        for level in levels:
+            rows[f"grpc c={level}"] = asyncio.run(over_grpc(address, queries, level, total))
+        return rows
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--queries", type=int, default=300, help="queries per measurement")
+    parser.add_argument("--levels", default="1,8,32", help="client concurrency levels")
+    parser.add_argument("--setups", default="laptop-lexical,split-hybrid")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    queries = _queries(args.data, args.queries)
+    levels = [int(x) for x in args.levels.split(",")]
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="ragspine-bench-") as tmp:
+        data_dir = Path(tmp)
+        ingest_s = _ingest(args.data, data_dir)
+        print(f"ingested SciFact ({args.data}) in {ingest_s:.1f} s", file=sys.stderr)
+        for setup in args.setups.split(","):
+            results[setup] = run_setup(setup, data_dir, queries, levels, len(queries))
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    for setup, rows in results.items():
+        base = rows["in-process"]["p50_ms"]
+        print(f"\n{setup}  ({len(queries)} SciFact queries, top_k={TOP_K})")
+        print(f"{'':14}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}")
+        for label, row in rows.items():
+            print(f"{label:14}{row['p50_ms']:9.2f}{row['p99_ms']:9.2f}{row['qps']:9.1f}{row['errors']:8d}")
+        c1 = rows.get("grpc c=1")
+        if c1:
+            print(f"gRPC overhead at p50 (c=1 minus in-process): {c1['p50_ms'] - base:+.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
