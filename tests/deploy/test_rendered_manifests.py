@@ -51,7 +51,8 @@ def test_defaults_render_autoscaling_disruption_budgets_and_network_policy(
 def test_one_image_serves_both_roles_by_command(default_docs: list[Manifest]) -> None:
     front = _container(one(default_docs, "Deployment", "-front"))
     worker = _container(one(default_docs, "Deployment", "-worker"))
-    assert front["args"] == ["serve", "front"] and worker["args"] == ["serve", "worker"]
+    assert front["args"][-2:] == ["serve", "front"] and worker["args"][-2:] == ["serve", "worker"]
+    assert front["args"][:2] == ["--log-level", "INFO"]
     assert front["ports"][0]["containerPort"] == 50051 and worker["ports"][0]["containerPort"] == 50052
 
 
