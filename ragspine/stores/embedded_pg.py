@@ -55,15 +55,22 @@ def _ensure_server_user() -> pwd.struct_passwd:
         return pwd.getpwnam(_SERVER_USER)
 
 
-def _check_traversable(path: Path) -> None:
-    """Every folder from / to ``path`` must let other users through, or the server user cannot exec."""
+def _make_traversable(path: Path, *, fix: bool) -> None:
+    """Every folder from / to ``path`` must let other users through, or the server user cannot reach it.
+
+    With ``fix`` a missing search bit (o+x, never read) is added; otherwise ``ValueError`` says which
+    folder to change.
+    """
     for folder in (path, *path.parents):
         mode = folder.stat().st_mode
-        if not mode & stat.S_IXOTH:
+        if mode & stat.S_IXOTH:
+            continue
+        if not fix:
             raise ValueError(
                 f"{folder} is not traversable by other users (mode {stat.filemode(mode)}); the "
                 f"'{_SERVER_USER}' user must reach {path}: run chmod o+x {folder}"
             )
+        folder.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
 
 
 class EmbeddedPostgres:
@@ -71,12 +78,21 @@ class EmbeddedPostgres:
 
     ``dsn`` (after ``start``) is ``postgresql://postgres@127.0.0.1:<port>/postgres`` (trust auth, loopback
     only). ``start`` takes about a second (initdb) and raises ``RuntimeError`` with the server log when
-    the server does not come up; ``ValueError`` when the [postgres] extra is missing.
+    the server does not come up; ``ValueError`` when the [postgres] extra is missing, or (under root) when
+    a folder on the way to the binaries is closed to the ``postgres`` user and ``fix_permissions`` is
+    off. ``fix_permissions=True`` adds the search bit (o+x) to such folders instead (CI containers).
     """
 
-    def __init__(self, *, port: int | None = None, base_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
+        fix_permissions: bool = False,
+    ) -> None:
         self._requested_port = port
         self._base_dir = base_dir
+        self._fix_permissions = fix_permissions
         self._root: Path | None = None
         self.port: int = 0
         self._as_root = os.geteuid() == 0
@@ -107,8 +123,8 @@ class EmbeddedPostgres:
         self._root = root
         try:
             if self._as_root:
-                _check_traversable(bin_dir)
-                _check_traversable(root.parent)
+                _make_traversable(bin_dir, fix=self._fix_permissions)
+                _make_traversable(root.parent, fix=self._fix_permissions)
                 user = _ensure_server_user()
                 os.chown(root, user.pw_uid, user.pw_gid)
             data = root / "data"

@@ -167,7 +167,9 @@ class PgChunkStore:
     Differences: text containing NUL characters is refused (PostgreSQL text cannot hold them), and
     ``execute_read`` runs PostgreSQL SQL (``?`` placeholders are accepted and rewritten).
 
-    One object may be shared by threads (statements run under a lock). Close it, or use ``with``.
+    One object may be shared by threads (statements run under a lock). Close it, or use ``with``. When
+    the server goes away, the call in flight raises ``psycopg.OperationalError`` (a transaction never
+    half-applies) and the next call reconnects.
     """
 
     def __init__(self, dsn: str, *, connect_timeout_s: float = 10.0) -> None:
@@ -216,6 +218,15 @@ class PgChunkStore:
     def _connection(self) -> Any:
         if self._conn is None:
             raise ValueError(f"chunk store ({redact_dsn(self._dsn)}) is closed; open a new PgChunkStore")
+        if self._conn.broken:
+            # The server restarted or dropped us: the statement that noticed has already failed; later
+            # calls get a fresh connection instead of failing forever.
+            try:
+                self._conn = psycopg.connect(self._dsn, autocommit=True)
+            except psycopg.Error as exc:
+                raise psycopg.OperationalError(
+                    f"PostgreSQL ({redact_dsn(self._dsn)}) is unreachable: {exc}"
+                ) from None
         return self._conn
 
     @contextmanager

@@ -36,7 +36,8 @@ _counter = itertools.count()
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[EmbeddedPostgres]:
     """One PostgreSQL server for the whole session; stopped and deleted at the end."""
-    server = EmbeddedPostgres().start()
+    # CI runs as root with the virtualenv anywhere: let the postgres user through the folders on its way.
+    server = EmbeddedPostgres(fix_permissions=True).start()
     try:
         with psycopg.connect(server.dsn, autocommit=True) as admin:
             admin.execute("CREATE EXTENSION IF NOT EXISTS vector")

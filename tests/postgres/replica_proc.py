@@ -4,7 +4,8 @@ Each process builds its own ``NarrativeIndex`` over a ``PgChunkStore`` and keeps
 store's change log, waking on LISTEN/NOTIFY. Used by the replica tests and by ``bench/stores.py``.
 
 Commands (one JSON object per line; one JSON reply per command):
-  {"op": "ingest", "doc_id": ..., "text": ...}   -> {"written": n, "committed_at": unix seconds}
+  {"op": "ingest", "doc_id": ..., "text": ..., "sensitivity"?: ...}
+      -> {"written": n, "committed_at": unix seconds}
   {"op": "withdraw", "doc_id": ...}              -> {"committed_at": ...}
   {"op": "await", "doc_id": ..., "query": ..., "want": "<tag>" | null, "timeout_s": s}
       -> {"ok": bool, "seen_at": ..., "mixed": bool, "tags": [...]}: polls its own results until the
@@ -60,7 +61,7 @@ def main(dsn: str) -> int:
         cmd = json.loads(line)
         op = cmd["op"]
         if op == "ingest":
-            meta = DocumentMeta(cmd["doc_id"])
+            meta = DocumentMeta(cmd["doc_id"], sensitivity=cmd.get("sensitivity", "INTERNAL"))
             chunks = index.chunker(
                 cmd["text"], meta, max_chars=index.max_chars, overlap_chars=index.overlap_chars
             )

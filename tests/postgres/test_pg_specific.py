@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +104,19 @@ def test_make_chunk_store_picks_the_backend(tmp_path: Path, pg_dsn: str) -> None
     single.close()
     with pytest.raises(ValueError, match="empty"):
         make_chunk_store("  ")
+
+
+def test_store_reconnects_after_the_server_drops_its_connection(pg_dsn: str, pg_server: Any) -> None:
+    import psycopg
+
+    with PgChunkStore(pg_dsn) as store:
+        store.replace_doc_chunks("d1", _chunks("d1"))
+        with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE pid <> pg_backend_pid() AND application_name = '' AND backend_type = 'client backend'"
+                " AND datname = current_database()"
+            )
+        with pytest.raises(psycopg.OperationalError):
+            store.count()
+        assert store.count() == len(_chunks("d1"))

@@ -111,6 +111,21 @@ def test_a_replica_started_later_builds_its_index_from_the_store(pg_dsn: str) ->
         first.close()
 
 
+@pytest.mark.parametrize("sensitivity", ["RESTRICTED", "INTERNAL"])
+def test_restricted_documents_never_reach_another_replicas_results(
+    replicas: tuple[Replica, Replica], sensitivity: str
+) -> None:
+    """A RESTRICTED document ingested through A is stored but never served by B; the INTERNAL run of the
+    same steps is the reverse proof that B would have served it."""
+    a, b = replicas
+    a.send(op="ingest", doc_id="secret", text=version_text(7), sensitivity=sensitivity)
+    assert a.read()["written"] > 0
+    # A later public document is the marker that B has caught up past the secret one.
+    propagate(a, b, "public", 1)
+    b.send(op="await", doc_id="secret", query="alpha storage", want="7", timeout_s=0.3)
+    assert b.read()["ok"] is (sensitivity != "RESTRICTED")
+
+
 def _result(doc_id: str, version: int, seq: int) -> RetrievalResult:
     chunk = StoredChunk(
         chunk_id=f"{doc_id}#c{seq}", doc_id=doc_id, seq=seq, text=f"alpha ver{version}x", source_locator="",
