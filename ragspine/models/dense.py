@@ -192,7 +192,8 @@ class SentenceTransformerEmbeddingBackend(_DenseBackend):
             feeds = self.tokenizer.pad(encoded, positions)
             inputs = {k: torch.from_numpy(v).to(self.device) for k, v in feeds.items()}
             with torch.inference_mode():
-                hidden = self.model(**inputs).last_hidden_state  # (batch, seq, dim)
+                # Pool in float32: summing hundreds of bf16 token vectors loses precision.
+                hidden = self.model(**inputs).last_hidden_state.float()  # (batch, seq, dim)
                 mask = inputs["attention_mask"]  # (batch, seq)
                 if self.pooling == "mean":
                     weights = mask.unsqueeze(-1).to(hidden.dtype)
@@ -202,7 +203,7 @@ class SentenceTransformerEmbeddingBackend(_DenseBackend):
                 else:  # right padding: the last real token sits at length - 1
                     last = mask.sum(1) - 1
                     pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-                pooled = torch.nn.functional.normalize(pooled.float(), dim=-1)
+                pooled = torch.nn.functional.normalize(pooled, dim=-1)
             return list(pooled.cpu().numpy())
 
         return [v.tolist() for v in run_batched(encoded.lengths, self.policy, run)]

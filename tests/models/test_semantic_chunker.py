@@ -165,3 +165,24 @@ def test_make_chunker(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(make_chunker(embedding_backend=backend), SemanticChunker)
     with pytest.raises(ValueError, match="default, semantic"):
         make_chunker("paragraphs")
+
+
+def test_semantic_without_any_embedding_model_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragspine.retrieval.vector import embedding_backends
+
+    monkeypatch.setattr(embedding_backends, "make_embedding_backend", lambda spec=None, **kw: None)
+    with pytest.raises(ImportError, match=r"ragspine\[models\]"):
+        make_chunker("semantic")
+
+
+@pytest.mark.slow
+def test_semantic_default_backend_is_the_packaged_onnx_model() -> None:
+    pytest.importorskip("onnxruntime")
+    from ragspine.models.dense import OnnxEmbeddingBackend
+
+    chunker = make_chunker("semantic", breakpoint_percentile=50)
+    assert isinstance(chunker, SemanticChunker)
+    assert isinstance(chunker.embedding_backend, OnnxEmbeddingBackend)
+    chunks = chunker(DOC, META)
+    assert_chunk_contract(chunks, DOC, META, 480)
+    assert len(chunks) >= 2  # three unrelated topics are not one chunk at the median breakpoint
