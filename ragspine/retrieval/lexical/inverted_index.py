@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -72,13 +72,18 @@ class _Segment:
         return int(self.slots.shape[0])
 
 
-@dataclass(frozen=True)
-class _TermPostings:
-    """Live postings of one term across all segments plus their full-corpus BM25 contributions."""
+class _TermPostings(NamedTuple):
+    """Live postings of one term across all segments plus their full-corpus BM25 contributions.
+
+    ``dense`` holds the same contributions spread over every slot (zeros elsewhere) for terms found in
+    a large share of the documents: adding one contiguous vector is much cheaper than scattering them.
+    """
 
     slots: np.ndarray  # (df,) int32
     tf: np.ndarray  # (df,) float64
     contrib: np.ndarray  # (df,) float64
+    dense: np.ndarray | None  # (capacity,) float64, or None for rarer terms
+    size: int  # cache cost in postings (df, plus capacity when dense)
 
 
 def _compact_tf(tf: np.ndarray) -> np.ndarray:
@@ -195,13 +200,33 @@ def _validate_query(query_tokens: object) -> Sequence[str]:
         ) from None
 
 
-def _bm25_weights(
-    tf: np.ndarray, doclen: np.ndarray, idf: float, avgdl: float, k1: float, b: float
-) -> np.ndarray:
-    """Per-posting BM25 term weight, evaluated in the same operation order as ``bm25_scores``."""
-    norm = k1 * ((1.0 - b) + (b * doclen) / avgdl)
-    result: np.ndarray = ((idf * tf) * (k1 + 1.0)) / (tf + norm)
-    return result
+def _length_norm(doclen: np.ndarray, avgdl: float, k1: float, b: float) -> np.ndarray:
+    """``k1 * (1 - b + b * |d| / avgdl)`` per document, in the operation order of ``bm25_scores``."""
+    norm: np.ndarray = k1 * ((1.0 - b) + (b * doclen) / avgdl)
+    return norm
+
+
+def _bm25_weights(tf: np.ndarray, norm: np.ndarray, idf: float, k1: float) -> np.ndarray:
+    """Per-posting BM25 term weight ``idf * tf * (k1 + 1) / (tf + norm)``, same order as the reference.
+
+    Works in place to save allocations: ``norm`` (a scratch array the caller owns) is overwritten.
+    """
+    weights: np.ndarray = tf * idf
+    weights *= k1 + 1.0
+    norm += tf
+    weights /= norm
+    return weights
+
+
+def _idf(df: int, n_docs: int) -> float:
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+# A query's scores: one float64 per slot, and the slots each matched term touches (distinct per term).
+_Scored = tuple[np.ndarray, list[np.ndarray]]
+
+# A term present in at least this share of the slots is cached as a dense vector.
+_DENSE_SHARE = 0.125
 
 
 class InvertedIndex:
@@ -229,14 +254,18 @@ class InvertedIndex:
         self._cache_limit = cache_postings
         self._vocab: dict[str, int] = {}
         self._slot_of: dict[str, int] = {}
-        self._keys: list[str | None] = []  # slot -> key; None once the slot is dead
+        self._n_slots = 0
+        # Per-slot arrays, grown geometrically; only [:n_slots] is meaningful. Keys sit in an object
+        # array so a query can gather its winners' keys in one numpy call (None once a slot is dead).
+        self._slot_key = np.empty(0, dtype=object)
         self._alive = np.zeros(0, dtype=bool)  # backing store, grown geometrically; valid [:n_slots]
         self._doclen = np.zeros(0, dtype=np.int64)
         self._n_live = 0
         self._total_len = 0  # exact sum of live document lengths
         self._segments: list[_Segment] = []
-        self._cache: dict[int, _TermPostings] = {}
+        self._cache: dict[str, _TermPostings] = {}  # token -> postings for the current write epoch
         self._cache_size = 0
+        self._norm: np.ndarray | None = None  # full-corpus length norms for the current write epoch
         self._cache_lock = threading.Lock()
 
     # ----------------------------------------------------------------- inspection
@@ -258,7 +287,7 @@ class InvertedIndex:
     @property
     def capacity(self) -> int:
         """Number of slots, live or dead: the length every mask must have."""
-        return len(self._keys)
+        return self._n_slots
 
     @property
     def vocabulary_size(self) -> int:
@@ -274,18 +303,18 @@ class InvertedIndex:
 
     def key(self, slot: int) -> str:
         """Key stored in a live slot. Raises ``KeyError`` for a dead or out-of-range slot."""
-        if isinstance(slot, int | np.integer) and 0 <= slot < len(self._keys):
-            found = self._keys[slot]
+        if isinstance(slot, int | np.integer) and 0 <= slot < self._n_slots:
+            found = self._slot_key[slot]
             if found is not None:
-                return found
-        raise KeyError(f"slot {slot!r} holds no live document (capacity {len(self._keys)})")
+                return str(found)
+        raise KeyError(f"slot {slot!r} holds no live document (capacity {self._n_slots})")
 
     def mask(self, keys: Iterable[str]) -> np.ndarray:
         """Boolean array of length ``capacity``, True at the slots of the given keys that are live.
 
         Keys not in the index are ignored, so a filter naming withdrawn documents only narrows.
         """
-        out = np.zeros(len(self._keys), dtype=bool)
+        out = np.zeros(self._n_slots, dtype=bool)
         slot_of = self._slot_of
         slots = [slot_of[k] for k in keys if k in slot_of]
         if slots:
@@ -317,7 +346,7 @@ class InvertedIndex:
             latest[key] = _validate_tokens(key, item[1])
         if not latest:
             return
-        base = len(self._keys)
+        base = self._n_slots
         pieces: list[_Segment] = []
         lengths: list[int] = []
         batch_keys: list[str] = []
@@ -387,20 +416,15 @@ class InvertedIndex:
         return _segment_from_pairs(terms, slots, tf)
 
     def _append_slots(self, keys: list[str], lengths: list[int]) -> None:
-        start = len(self._keys)
+        start = self._n_slots
         need = start + len(keys)
         if need > self._alive.shape[0]:
-            size = max(need, 2 * self._alive.shape[0], 1024)
-            alive = np.zeros(size, dtype=bool)
-            alive[:start] = self._alive[:start]
-            doclen = np.zeros(size, dtype=np.int64)
-            doclen[:start] = self._doclen[:start]
-            self._alive, self._doclen = alive, doclen
+            self._resize(max(need, 2 * self._alive.shape[0], 1024))
         self._alive[start:need] = True
         self._doclen[start:need] = lengths
-        for offset, key in enumerate(keys):
-            self._slot_of[key] = start + offset
-        self._keys.extend(keys)
+        self._slot_key[start:need] = keys
+        self._slot_of.update(zip(keys, range(start, need), strict=True))
+        self._n_slots = need
         self._n_live += len(keys)
         self._total_len += sum(lengths)
 
@@ -409,7 +433,7 @@ class InvertedIndex:
         if slot is None:
             return False
         self._alive[slot] = False
-        self._keys[slot] = None
+        self._slot_key[slot] = None
         self._n_live -= 1
         self._total_len -= int(self._doclen[slot])
         return True
@@ -424,30 +448,42 @@ class InvertedIndex:
             segs.append(merged)
 
     def _after_write(self) -> None:
-        n_slots = len(self._keys)
-        if n_slots - self._n_live > self._n_live:
+        if self._n_slots - self._n_live > self._n_live:
             self._compact()
         # New N / avgdl / df: every cached contribution is stale.
         with self._cache_lock:
             self._cache = {}
             self._cache_size = 0
+            self._norm = None
 
     def _compact(self) -> None:
         """Drop dead slots: one segment of live postings, slots renumbered densely in the same order."""
-        n_slots = len(self._keys)
+        n_slots = self._n_slots
         alive = self._alive[:n_slots]
         remap = (np.cumsum(alive, dtype=np.int64) - 1).astype(np.int32)
         merged = [_merge_segments(self._segments, alive, remap)] if self._segments else []
         self._segments = [seg for seg in merged if seg.nnz]
-        live_keys = [k for k in self._keys if k is not None]
+        live_keys = self._slot_key[:n_slots][alive]
         doclen = self._doclen[:n_slots][alive]
-        self._keys = list(live_keys)
-        self._slot_of = {k: i for i, k in enumerate(live_keys)}
-        size = max(len(live_keys), 1024)
-        self._alive = np.zeros(size, dtype=bool)
-        self._alive[: len(live_keys)] = True
-        self._doclen = np.zeros(size, dtype=np.int64)
-        self._doclen[: len(live_keys)] = doclen
+        n_live = live_keys.shape[0]
+        self._alive = np.zeros(0, dtype=bool)
+        self._resize(max(n_live, 1024))
+        self._alive[:n_live] = True
+        self._doclen[:n_live] = doclen
+        self._slot_key[:n_live] = live_keys
+        self._slot_of = {str(k): i for i, k in enumerate(live_keys.tolist())}
+        self._n_slots = n_live
+
+    def _resize(self, size: int) -> None:
+        """Reallocate the per-slot arrays to ``size`` entries, keeping the first ``n_slots``."""
+        keep = min(self._n_slots, self._alive.shape[0], size)
+        alive = np.zeros(size, dtype=bool)
+        alive[:keep] = self._alive[:keep]
+        doclen = np.zeros(size, dtype=np.int64)
+        doclen[:keep] = self._doclen[:keep]
+        slot_key = np.empty(size, dtype=object)
+        slot_key[:keep] = self._slot_key[:keep]
+        self._alive, self._doclen, self._slot_key = alive, doclen, slot_key
 
     # ----------------------------------------------------------------- reads
     def search(
@@ -469,10 +505,10 @@ class InvertedIndex:
         """
         if k is not None and (not isinstance(k, int | np.integer) or isinstance(k, bool) or k < 0):
             raise ValueError(f"k must be None or an integer >= 0, got {k!r}")
-        scores = self._scores(_validate_query(query_tokens), allowed)
-        if scores is None or k == 0:
+        scored = self._scores(_validate_query(query_tokens), allowed)
+        if scored is None or k == 0:
             return []
-        return self._top(scores, None if k is None else int(k))
+        return self._top(*scored, None if k is None else int(k))
 
     def score_keys(self, query_tokens: Sequence[str], keys: Sequence[str]) -> list[float]:
         """BM25 score (full live corpus statistics) of each given key, in order; 0.0 when no term matches.
@@ -481,14 +517,14 @@ class InvertedIndex:
         ``query_tokens`` is a string.
         """
         slots = [self.slot(key) for key in keys]
-        scores = self._scores(_validate_query(query_tokens), None)
-        if scores is None:
+        scored = self._scores(_validate_query(query_tokens), None)
+        if scored is None:
             return [0.0] * len(slots)
-        values: list[float] = scores[np.asarray(slots, dtype=np.int64)].tolist()
+        values: list[float] = scored[0][np.asarray(slots, dtype=np.int64)].tolist()
         return values
 
     def _check_allowed(self, allowed: object) -> np.ndarray:
-        n_slots = len(self._keys)
+        n_slots = self._n_slots
         if not isinstance(allowed, np.ndarray) or allowed.dtype != np.bool_ or allowed.shape != (n_slots,):
             got = (
                 f"{allowed.dtype} array of shape {allowed.shape}"
@@ -501,107 +537,173 @@ class InvertedIndex:
             )
         return allowed
 
-    def _scores(self, query_tokens: Sequence[str], allowed: object) -> np.ndarray | None:
-        """Dense float64 scores per slot, or None when nothing can match."""
-        n_slots = len(self._keys)
-        vocab = self._vocab
+    def _scores(self, query_tokens: Sequence[str], allowed: object) -> _Scored | None:
+        """Float64 score of every slot plus each matched term's slots, or None when nothing matches."""
         try:
             counts = Counter(query_tokens)
         except TypeError:
             raise ValueError("query_tokens must be hashable token strings") from None
-        query = [(vocab[t], c) for t, c in counts.items() if t in vocab]
-        subset = np.zeros(0, dtype=bool)
         if allowed is not None:
-            subset = self._check_allowed(allowed) & self._alive[:n_slots]
-        if not query or self._n_live == 0:
+            return self._subset_scores(counts, self._check_allowed(allowed))
+        if self._n_live == 0:
             return None
+        cache = self._cache
         slots_parts: list[np.ndarray] = []
         weight_parts: list[np.ndarray] = []
-        if allowed is None:
-            for term, count in query:
-                postings = self._postings(term)
-                if postings.slots.shape[0]:
-                    slots_parts.append(postings.slots)
-                    weight_parts.append(postings.contrib if count == 1 else postings.contrib * count)
-        else:
-            n_sub = int(np.count_nonzero(subset))
-            if n_sub == 0:
-                return None
-            avgdl = int(self._doclen[:n_slots][subset].sum()) / n_sub
-            for term, count in query:
-                postings = self._postings(term)
-                keep = subset[postings.slots]
-                df = int(np.count_nonzero(keep))
-                if df == 0:
-                    continue
-                slots = postings.slots[keep]
-                idf = math.log(1.0 + (n_sub - df + 0.5) / (df + 0.5))
-                weights = _bm25_weights(postings.tf[keep], self._doclen[slots], idf, avgdl, self._k1, self._b)
-                slots_parts.append(slots)
-                weight_parts.append(weights if count == 1 else weights * count)
+        term_slots: list[np.ndarray] = []
+        dense_sum: np.ndarray | None = None
+        for token, count in counts.items():
+            postings = cache.get(token) or self._postings(token)
+            if postings is None or not postings.slots.shape[0]:
+                continue
+            if postings.dense is not None:
+                if dense_sum is None:
+                    dense_sum = postings.dense * count
+                elif count == 1:
+                    dense_sum += postings.dense
+                else:
+                    dense_sum += postings.dense * count
+            else:
+                slots_parts.append(postings.slots)
+                weight_parts.append(postings.contrib if count == 1 else postings.contrib * count)
+            term_slots.append(postings.slots)
+        if not slots_parts:
+            return None if dense_sum is None else (dense_sum, term_slots)
+        scores = self._accumulate(slots_parts, weight_parts)
+        if dense_sum is not None:
+            scores += dense_sum
+        return scores, term_slots
+
+    def _subset_scores(self, counts: Counter[str], allowed: np.ndarray) -> _Scored | None:
+        """Scores with N, avgdl and df taken over the allowed live documents only."""
+        n_slots = self._n_slots
+        subset = allowed & self._alive[:n_slots]
+        n_sub = int(np.count_nonzero(subset))
+        if n_sub == 0:
+            return None
+        avgdl = int(self._doclen[:n_slots][subset].sum()) / n_sub
+        slots_parts: list[np.ndarray] = []
+        weight_parts: list[np.ndarray] = []
+        for token, count in counts.items():
+            postings = self._cache.get(token) or self._postings(token)
+            if postings is None:
+                continue
+            keep = subset[postings.slots]
+            df = int(np.count_nonzero(keep))
+            if df == 0:
+                continue
+            slots = postings.slots[keep]
+            norm = _length_norm(self._doclen[slots], avgdl, self._k1, self._b)
+            weights = _bm25_weights(postings.tf[keep], norm, _idf(df, n_sub), self._k1)
+            slots_parts.append(slots)
+            weight_parts.append(weights if count == 1 else weights * count)
         if not slots_parts:
             return None
+        return self._accumulate(slots_parts, weight_parts), slots_parts
+
+    def _accumulate(self, slots_parts: list[np.ndarray], weight_parts: list[np.ndarray]) -> np.ndarray:
+        n_slots = self._n_slots
         if len(slots_parts) == 1:
             scores = np.zeros(n_slots, dtype=np.float64)
             scores[slots_parts[0]] = weight_parts[0]  # slots are unique within one term
             return scores
-        return np.bincount(
+        summed: np.ndarray = np.bincount(
             np.concatenate(slots_parts), weights=np.concatenate(weight_parts), minlength=n_slots
         )
+        return summed.astype(np.float64, copy=False)  # bincount of nothing comes back as int64
 
-    def _postings(self, term: int) -> _TermPostings:
-        """Live postings of ``term`` with full-corpus contributions, from the cache when possible."""
+    def _full_norm(self) -> np.ndarray:
+        """Length norms of every slot under the live corpus' avgdl, computed once per write epoch."""
+        norm = self._norm
+        if norm is None:
+            n_slots = self._n_slots
+            norm = _length_norm(self._doclen[:n_slots], self._total_len / self._n_live, self._k1, self._b)
+            self._norm = norm  # concurrent readers may both compute it; they store equal arrays
+        return norm
+
+    def _postings(self, token: str) -> _TermPostings | None:
+        """Live postings of ``token`` with full-corpus contributions; None for a never-seen token."""
         cache = self._cache
-        hit = cache.get(term)
+        hit = cache.get(token)
         if hit is not None:
             return hit
+        term = self._vocab.get(token)
+        if term is None:
+            return None
         slot_parts, tf_parts = [], []
         for seg in self._segments:
-            i = int(np.searchsorted(seg.terms, term))
+            i = seg.terms.searchsorted(term)
             if i < seg.terms.shape[0] and seg.terms[i] == term:
-                lo, hi = seg.indptr[i], seg.indptr[i + 1]
+                lo, hi = seg.indptr[i : i + 2]
                 slot_parts.append(seg.slots[lo:hi])
                 tf_parts.append(seg.tf[lo:hi])
-        if not slot_parts:
-            slots = np.zeros(0, dtype=np.int32)
-            tf = np.zeros(0, dtype=np.float64)
+        if len(slot_parts) == 1:
+            slots, tf = slot_parts[0], tf_parts[0].astype(np.float64)
+        elif slot_parts:
+            slots, tf = np.concatenate(slot_parts), np.concatenate(tf_parts).astype(np.float64)
         else:
-            slots = np.concatenate(slot_parts) if len(slot_parts) > 1 else slot_parts[0]
-            tf = (np.concatenate(tf_parts) if len(tf_parts) > 1 else tf_parts[0]).astype(np.float64)
+            slots, tf = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64)
+        if self._n_live != self._n_slots:  # dead postings may remain until the next merge
             keep = self._alive[slots]
             if not keep.all():
                 slots, tf = slots[keep], tf[keep]
-        df = int(slots.shape[0])
+        df = slots.shape[0]
+        n_slots = self._n_slots
+        dense = None
         if df:
-            n = self._n_live
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            contrib = _bm25_weights(tf, self._doclen[slots], idf, self._total_len / n, self._k1, self._b)
+            contrib = _bm25_weights(tf, self._full_norm()[slots], _idf(df, self._n_live), self._k1)
+            if df >= _DENSE_SHARE * n_slots:
+                dense = np.zeros(n_slots, dtype=np.float64)
+                dense[slots] = contrib
         else:
-            contrib = np.zeros(0, dtype=np.float64)
-        entry = _TermPostings(slots=slots, tf=tf, contrib=contrib)
-        if df <= self._cache_limit:
+            contrib = tf
+        size = df + (n_slots if dense is not None else 0)
+        entry = _TermPostings(slots, tf, contrib, dense, size)
+        if size <= self._cache_limit:
             with self._cache_lock:
                 if cache is self._cache:  # not invalidated meanwhile
-                    self._cache_size += df
+                    self._cache_size += size
                     while self._cache_size > self._cache_limit and cache:
-                        oldest = next(iter(cache))
-                        self._cache_size -= cache.pop(oldest).slots.shape[0]
-                    cache[term] = entry
+                        self._cache_size -= cache.pop(next(iter(cache))).size
+                    cache[token] = entry
         return entry
 
-    def _top(self, scores: np.ndarray, k: int | None) -> list[tuple[str, float]]:
-        candidates = np.flatnonzero(scores > 0.0)
-        if k is not None and candidates.shape[0] > k:
+    def _top(
+        self, scores: np.ndarray, term_slots: list[np.ndarray], k: int | None
+    ) -> list[tuple[str, float]]:
+        """``(key, score)`` of the best ``k`` positive scores (all when None), ordered by (-score, key)."""
+        if k is not None and k < scores.shape[0]:
+            candidates = self._top_candidates(scores, term_slots, k)
+        else:
+            candidates = np.flatnonzero(scores > 0.0)
+        values = scores[candidates]
+        order = np.argsort(-values, kind="stable")
+        values = values[order]
+        found: list[str] = self._slot_key[candidates[order]].tolist()
+        if values.shape[0] > 1 and (values[1:] == values[:-1]).any():
+            pairs = sorted(zip(found, values.tolist(), strict=True), key=lambda pair: (-pair[1], pair[0]))
+        else:
+            pairs = list(zip(found, values.tolist(), strict=True))
+        return pairs[:k] if k is not None else pairs
+
+    @staticmethod
+    def _top_candidates(scores: np.ndarray, term_slots: list[np.ndarray], k: int) -> np.ndarray:
+        """Slots scoring at least the k-th best positive score (ties included, so keys can break them).
+
+        A full partition of every slot is the costly step, so first bound the k-th best score from
+        below using one term's documents: any k distinct documents include none better than the true
+        k-th best, so the k-th best among them is a safe floor. The rarest term with at least k
+        documents gives a high floor cheaply; one pass then keeps only the slots above it.
+        """
+        probe = min((slots for slots in term_slots if slots.shape[0] >= k), key=len, default=None)
+        if probe is not None:
+            probe_scores = scores[probe]  # one term's slots are distinct
+            floor = np.partition(probe_scores, probe_scores.shape[0] - k)[probe_scores.shape[0] - k]
+            candidates = np.flatnonzero(scores >= floor)
+        else:
+            candidates = np.flatnonzero(scores > 0.0)
+        if candidates.shape[0] > k:
             values = scores[candidates]
-            cut = candidates.shape[0] - k
-            kth = values[np.argpartition(values, cut)[cut]]
-            # Keep everything tied with the k-th score so the key order decides among them.
+            kth = np.partition(values, values.shape[0] - k)[values.shape[0] - k]
             candidates = candidates[values >= kth]
-        keys = self._keys
-        ranked = sorted(
-            zip(scores[candidates].tolist(), candidates.tolist(), strict=True),
-            key=lambda pair: (-pair[0], keys[pair[1]]),
-        )
-        if k is not None:
-            ranked = ranked[:k]
-        return [(keys[slot], score) for score, slot in ranked]  # type: ignore[misc]
+        return candidates[scores[candidates] > 0.0]
