@@ -101,3 +101,12 @@ def test_cuda_request_without_a_gpu_is_refused() -> None:
         pytest.skip("this machine has a GPU; the refusal only applies without one")
     with pytest.raises(ValueError, match="CUDA is not available"):
         maxsim_scores(np.ones((1, 2)), [np.ones((2, 2))], device="cuda")
+
+
+def test_resident_torch_pages_are_scored_in_place() -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    query = _unit(rng.standard_normal((3, 8)))
+    padded, mask = pad_pages([_unit(rng.standard_normal((int(n), 8))) for n in (2, 7, 4)])
+    resident = maxsim_scores(query, torch.from_numpy(padded), torch.from_numpy(mask), batch_pages=2)
+    np.testing.assert_allclose(resident, maxsim_scores(query, padded, mask, device="cpu"), rtol=1e-5)

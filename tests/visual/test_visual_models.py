@@ -98,3 +98,21 @@ def test_encoder_input_errors(tiny_model) -> None:
 def test_unloadable_model_is_a_value_error(tmp_path) -> None:
     with pytest.raises(ValueError, match="could not load"):
         ColQwen2Encoder(tmp_path / "missing-model", device="cpu", backend="transformers")
+
+
+def test_a_model_built_in_memory_encodes_like_the_saved_one(tmp_path) -> None:
+    import torch
+    from transformers import ColQwen2ForRetrieval
+
+    from ragspine.retrieval.visual import random_models
+
+    saved = ColQwen2Encoder(
+        save_tiny_model("colqwen2", tmp_path / "m", embedding_dim=16, seed=3), device="cpu"
+    )
+    torch.manual_seed(3)
+    processor = random_models.colqwen2_processor()
+    model = ColQwen2ForRetrieval(random_models.colqwen2_config(processor, embedding_dim=16))
+    wrapped = ColQwen2Encoder.from_loaded(model, processor, name="in-memory", device="cpu")
+    assert wrapped.name == "colqwen2:in-memory" and wrapped.dim == 16
+    query = "net property, plant and equipment"
+    np.testing.assert_allclose(wrapped.embed_queries([query])[0], saved.embed_queries([query])[0], atol=1e-5)

@@ -127,6 +127,35 @@ class _LateInteractionEncoder:
         self.name = f"{self.family}:{label}"
         self.dim = int(self._embedding_dim())
 
+    @classmethod
+    def from_loaded(
+        cls,
+        model: Any,
+        processor: Any,
+        *,
+        name: str,
+        device: str = "cpu",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> _LateInteractionEncoder:
+        """Wrap a model and processor already in memory (e.g. built from a config for a throughput run).
+
+        ``model`` must already sit on ``device``; its parameter dtype is used for the pixel inputs.
+        Raises ``ValueError`` for a non-positive batch size.
+        """
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        encoder = cls.__new__(cls)
+        encoder.model_name_or_path = name
+        encoder.device = device
+        encoder.torch_dtype = next(model.parameters()).dtype
+        encoder.batch_size = batch_size
+        encoder.backend = "in-memory"
+        encoder.model = model.eval()
+        encoder.processor = processor
+        encoder.name = f"{cls.family}:{name}"
+        encoder.dim = encoder._embedding_dim()
+        return encoder
+
     # -- loading ---------------------------------------------------------------------------------------
     def _load(self, backend: str) -> str:
         if backend in ("auto", "transformers"):

@@ -59,26 +59,35 @@ def _numpy_scores(query: np.ndarray, pages: np.ndarray, mask: np.ndarray | None,
     return out
 
 
-def _torch_scores(
-    query: np.ndarray, pages: np.ndarray, mask: np.ndarray | None, batch: int, device: str
-) -> np.ndarray:
+def _as_tensor(array: Any, device: str, dtype: Any = None) -> Any:
+    import torch
+
+    tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
+    return tensor.to(device=device, dtype=dtype) if dtype is not None else tensor.to(device)
+
+
+def _torch_scores(query: np.ndarray, pages: Any, mask: Any, batch: int, device: str) -> np.ndarray:
     import torch
 
     # fp16 halves transfer and memory; accumulation of the per-token maxima stays in fp32.
     compute = torch.float16 if device.startswith("cuda") else torch.float32
     q = torch.from_numpy(query).to(device=device, dtype=compute)  # (q, d)
-    out = torch.empty(pages.shape[0], dtype=torch.float32)
-    for start in range(0, pages.shape[0], batch):
-        block = torch.from_numpy(np.ascontiguousarray(pages[start : start + batch]))
-        block = block.to(device=device, dtype=compute)  # (b, p, d)
-        sims = torch.einsum("qd,bpd->bqp", q, block).float()  # (b, q, p)
-        if mask is not None:
-            m = torch.from_numpy(mask[start : start + batch]).to(device)  # (b, p)
-            sims = sims.masked_fill(~m[:, None, :], float("-inf"))
-        best = sims.amax(dim=2)  # (b, q)
-        best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
-        out[start : start + batch] = best.sum(dim=1).cpu()
-    return out.numpy()
+    out = torch.empty(pages.shape[0], dtype=torch.float32, device=device)
+    with torch.inference_mode():
+        for start in range(0, pages.shape[0], batch):
+            block = _as_tensor(pages[start : start + batch], device, compute)  # (b, p, d)
+            sims = torch.einsum("qd,bpd->bqp", q, block).float()  # (b, q, p)
+            if mask is not None:
+                m = _as_tensor(mask[start : start + batch], device)  # (b, p)
+                sims = sims.masked_fill(~m[:, None, :], float("-inf"))
+            best = sims.amax(dim=2)  # (b, q)
+            best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+            out[start : start + batch] = best.sum(dim=1)
+    return out.cpu().numpy()
+
+
+def _is_tensor(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "device")
 
 
 def _cuda_available() -> bool:
@@ -91,7 +100,7 @@ def _cuda_available() -> bool:
 
 def maxsim_scores(
     query_vecs: Any,
-    page_vecs: Sequence[np.ndarray] | np.ndarray,
+    page_vecs: Sequence[np.ndarray] | np.ndarray | Any,
     mask: np.ndarray | None = None,
     *,
     batch_pages: int = DEFAULT_BATCH_PAGES,
@@ -102,12 +111,19 @@ def maxsim_scores(
     ``query_vecs`` is ``(q, d)``. ``page_vecs`` is either a list of ``(p_i, d)`` arrays or a padded
     ``(n, p, d)`` array with ``mask`` ``(n, p)`` marking real patches (no mask = every row is real).
     ``device``: ``"auto"`` (CUDA when torch sees a GPU, else numpy), ``"cpu"`` (numpy), ``"cuda[:N]"``.
+    A torch tensor ``(n, p, d)`` (mask: bool tensor) is scored on its own device and ``device`` is ignored.
     Raises ``ValueError`` on shape mismatches, a mask without padded input, a non-positive batch size, or
     ``device="cuda"`` on a machine without CUDA.
     """
     query = _check_query(query_vecs)
     if batch_pages <= 0:
         raise ValueError(f"batch_pages must be positive, got {batch_pages}")
+    if _is_tensor(page_vecs):
+        # A device-resident index (e.g. vectors kept on the GPU) is scored where it lives, no copy.
+        tensor: Any = page_vecs
+        if tensor.ndim != 3 or tensor.shape[2] != query.shape[1]:
+            raise ValueError(f"pages tensor must be (n, p, {query.shape[1]}), got {tuple(tensor.shape)}")
+        return _torch_scores(query, tensor, mask, batch_pages, str(tensor.device))
     if isinstance(page_vecs, np.ndarray) and page_vecs.ndim == 3:
         pages = page_vecs
         if mask is not None and mask.shape != pages.shape[:2]:
