@@ -20,7 +20,7 @@ from ragspine.retrieval.rerank.base import Reranker
 from ragspine.settings import Settings
 
 if TYPE_CHECKING:
-    from ragspine.retrieval.chunking.chunk_store import ChunkStore
+    from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def resolve_reranker(settings: Settings) -> Reranker | None:
 
 
 def assemble_index(
-    store: ChunkStore,
+    store: VersionedChunkStore,
     settings: Settings,
     *,
     embedding_backend: EmbeddingBackend | None = None,

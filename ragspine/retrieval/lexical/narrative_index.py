@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from ragspine.retrieval.chunking.chunking import chunk_document
+from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
 from ragspine.retrieval.constants import (
     DEFAULT_CHUNK_CHARS,
@@ -31,7 +32,6 @@ from ragspine.retrieval.rerank.pointwise import rerank_with
 from ragspine.retrieval.vector.store import VectorStore
 
 if TYPE_CHECKING:
-    from ragspine.retrieval.chunking.chunk_store import ChunkStore
     from ragspine.retrieval.filtering.automatic import FilterExtractor
 
 
@@ -54,7 +54,7 @@ class RetrievalReport:
 
 
 class NarrativeIndex:
-    """The narrative channel's index over one ``ChunkStore`` (one library).
+    """The narrative channel's index over one versioned chunk store (one library; SQLite or PostgreSQL).
 
     Default chain: paragraph chunker → versioned store → BM25 (+ dense when an embedding backend is given)
     → RRF → (optional) rerank of the head. A model ``reranker`` takes precedence over a listwise ``judge``.
@@ -64,7 +64,7 @@ class NarrativeIndex:
 
     def __init__(
         self,
-        store: ChunkStore,
+        store: VersionedChunkStore,
         *,
         embedding_backend: EmbeddingBackend | None = None,
         query_rewriter: QueryRewriter | None = None,
