@@ -76,6 +76,9 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                     reset_current_caller(token)
                 elapsed = time.perf_counter() - started
                 metrics.RPC_LATENCY.labels(service, name, code.name).observe(elapsed)
-                _LOG.debug("rpc", extra={"rpc": f"{service}/{name}", "code": code.name, "ms": elapsed * 1e3})
+                if _LOG.isEnabledFor(logging.DEBUG):  # skip building the record on the hot path
+                    _LOG.debug(
+                        "rpc", extra={"rpc": f"{service}/{name}", "code": code.name, "ms": elapsed * 1e3}
+                    )
 
         return handle

@@ -47,17 +47,19 @@ class Library:
     settings: Settings
     embedding_backend: EmbeddingBackend | None
     reranker: Reranker | None
+    sparse_encoder: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     _indexes: dict[bool, NarrativeIndex] = field(default_factory=dict)
 
     @property
-    def uses_embedding(self) -> bool:
-        """True when the configured mode runs the dense channel."""
-        return make_retrieval_mode(self.settings.retrieval_mode).uses_embedding
+    def lexical_only(self) -> bool:
+        """True when the configured mode is the zero-model lexical preset."""
+        mode = make_retrieval_mode(self.settings.retrieval_mode)
+        return not (mode.uses_embedding or mode.uses_sparse)
 
     def index(self, *, lexical: bool = False) -> NarrativeIndex:
         """The configured index, or a lexical-only one over the same store when ``lexical`` is set."""
-        lexical = lexical or not self.uses_embedding
+        lexical = lexical or self.lexical_only
         with self.lock:
             index = self._indexes.get(lexical)
             if index is None:
@@ -65,11 +67,13 @@ class Library:
                     settings = replace(self.settings, retrieval_mode="economy")
                     index = assemble_index(self.store, settings, reranker=self.reranker)
                 else:
+                    # Models are passed in (resolved once per process), never re-resolved per library.
                     index = assemble_index(
                         self.store,
                         self.settings,
                         embedding_backend=self.embedding_backend,
                         reranker=self.reranker,
+                        sparse_encoder=self.sparse_encoder,
                     )
                 self._indexes[lexical] = index
             return index
@@ -90,6 +94,7 @@ class LibraryCatalog:
         *,
         embedding_backend: EmbeddingBackend | None = None,
         reranker: Reranker | None = None,
+        sparse_encoder: Any = None,
     ) -> None:
         if settings.store_dsn:
             # The PostgreSQL store of record is a separate component; refuse clearly rather than fall back.
@@ -101,6 +106,7 @@ class LibraryCatalog:
         self.root = Path(settings.data_dir) / "libraries"
         self.embedding_backend = embedding_backend
         self.reranker = reranker
+        self.sparse_encoder = sparse_encoder
         self._libraries: dict[str, Library] = {}
         self._lock = threading.Lock()
 

@@ -10,10 +10,15 @@ from ragspine.services.common.auth import Authenticator, OpenAuthenticator, Toke
 from ragspine.services.common.metrics import start_metrics_server
 from ragspine.services.common.server import RunningServer, start_server
 from ragspine.services.front.libraries import LibraryCatalog
-from ragspine.services.front.remote import RemoteEmbeddingBackend, RemoteReranker, WorkerClient
+from ragspine.services.front.remote import (
+    RemoteEmbeddingBackend,
+    RemoteReranker,
+    RemoteSparseEncoder,
+    WorkerClient,
+)
 from ragspine.services.front.servicer import FrontLimits, RetrievalServicer
 
-from ragspine.retrieval.assembly import resolve_embedding, resolve_reranker
+from ragspine.retrieval.assembly import resolve_embedding, resolve_reranker, resolve_sparse
 from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
@@ -45,10 +50,12 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
     mode = make_retrieval_mode(settings.retrieval_mode)
     embedding: EmbeddingBackend | None
     reranker: Reranker | None
+    sparse: object = None
     worker = None
     if local:
         embedding = resolve_embedding(settings, mode)
         reranker = resolve_reranker(settings)
+        sparse = resolve_sparse(settings, mode)
     else:
         worker = WorkerClient(
             settings.worker_address,
@@ -59,11 +66,12 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
         wants_embedding = mode.uses_embedding and settings.embedding_spec.strip().lower() != "none"
         embedding = RemoteEmbeddingBackend(worker) if wants_embedding else None
         reranker = RemoteReranker(worker) if settings.reranker.strip().lower() not in ("", "none") else None
-    if embedding is None and mode.uses_embedding:
+        sparse = RemoteSparseEncoder(worker) if mode.uses_sparse else None
+    if embedding is None and sparse is None and (mode.uses_embedding or mode.uses_sparse):
         # Nothing to embed with: serve the lexical preset explicitly rather than resolving again per library.
         settings = replace(settings, retrieval_mode="economy")
-    catalog = LibraryCatalog(settings, embedding_backend=embedding, reranker=reranker)
-    default_mode = "hybrid" if embedding is not None else "lexical"
+    catalog = LibraryCatalog(settings, embedding_backend=embedding, reranker=reranker, sparse_encoder=sparse)
+    default_mode = "hybrid" if embedding is not None or sparse is not None else "lexical"
     reranker_name = settings.reranker if reranker is not None else ""
     return FrontParts(catalog, worker, default_mode, reranker_name)
 

@@ -251,7 +251,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             bound.append(_BoundRetriever(retriever, library.library_id, mfilter, rerank))
             indexes.append(LibraryIndex(library.library_id, library.library_id, bound[-1]))
         with call_deadline(context.time_remaining()):
-            snippets = MultiIndexRetriever(indexes, top_k=top_k).retrieve(query, top_k=top_k)
+            if len(bound) == 1:
+                # One library: nothing to fuse across; only the provenance field is added.
+                snippets = [
+                    {**s, "library_id": libraries[0].library_id}
+                    for s in bound[0].retrieve(query, top_k=top_k)
+                ]
+            else:
+                snippets = MultiIndexRetriever(indexes, top_k=top_k).retrieve(query, top_k=top_k)
         degraded = sorted({stage for b in bound for stage in b.degraded})
         for stage in degraded:
             metrics.DEGRADED.labels(stage).inc()

@@ -16,8 +16,8 @@ from typing import Any
 from ragspine.services.common.errors import BackendUnavailableError, NotFoundError
 
 
-def _lazy_factory(module: str, name: str) -> Callable[[str], Any]:
-    def load(spec: str) -> Any:
+def _lazy_factory(module: str, name: str) -> Callable[[str | None], Any]:
+    def load(spec: str | None) -> Any:
         try:
             factory = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
@@ -31,7 +31,12 @@ def _lazy_factory(module: str, name: str) -> Callable[[str], Any]:
 
 _EMBEDDING = _lazy_factory("ragspine.retrieval.vector.embedding_backends", "make_embedding_backend")
 _RERANKER = _lazy_factory("ragspine.retrieval.rerank.cross_encoder", "make_reranker")
-_SPARSE = _lazy_factory("ragspine.retrieval.sparse", "make_sparse_encoder")
+_SPLADE = _lazy_factory("ragspine.models.sparse", "SpladeEncoder")
+
+
+def _sparse(spec: str) -> Any:
+    # "splade" names the packaged default model; anything else is a model id or local path.
+    return _SPLADE(None) if spec == "splade" else _SPLADE(spec)
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class ModelFactories:
 
     embedding: Callable[[str], Any] = _EMBEDDING
     reranker: Callable[[str], Any] = _RERANKER
-    sparse: Callable[[str], Any] = _SPARSE
+    sparse: Callable[[str], Any] = _sparse
 
 
 class ModelRegistry:

@@ -11,6 +11,7 @@ from ragspine.services.common.server import RunningServer, start_server
 from ragspine.services.worker.models import ModelRegistry
 from ragspine.services.worker.servicer import ModelWorkerServicer, WorkerLimits
 
+from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.settings import Settings
 
 SERVICE_NAME = "ragspine.v1.ModelWorkerService"
@@ -22,7 +23,8 @@ def registry_from_settings(settings: Settings) -> ModelRegistry:
     embedding = settings.embedding_spec
     return ModelRegistry(
         embedding_spec="" if embedding in ("", "none") else embedding,
-        sparse_spec=settings.extra.get("sparse_encoder", ""),
+        sparse_spec=settings.sparse_model
+        or ("splade" if make_retrieval_mode(settings.retrieval_mode).uses_sparse else ""),
         reranker_spec="" if settings.reranker in ("", "none") else settings.reranker,
     )
 

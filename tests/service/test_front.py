@@ -270,3 +270,13 @@ def test_slow_worker_answer_arrives_within_the_callers_deadline(make_front, make
     assert time.monotonic() - started < 1.0
     assert response.degraded == ["embedding"]
     assert response.snippets
+
+
+def test_degraded_answers_are_counted(make_front) -> None:
+    from prometheus_client import REGISTRY
+
+    front = make_front(worker_address=f"127.0.0.1:{free_port()}", mode="hybrid")
+    _ingest_sample(front)
+    before = REGISTRY.get_sample_value("ragspine_degraded_answers_total", {"stage": "embedding"}) or 0.0
+    _ask(front, "battery swap", timeout=5)
+    assert REGISTRY.get_sample_value("ragspine_degraded_answers_total", {"stage": "embedding"}) == before + 1

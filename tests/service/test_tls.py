@@ -1,0 +1,60 @@
+"""Optional TLS: a server started with a certificate only speaks TLS; the worker client can use it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import grpc
+import pytest
+from ragspine.services._gen import model_worker_pb2, model_worker_pb2_grpc
+from ragspine.services.front.remote import RemoteEmbeddingBackend, WorkerClient
+from ragspine.services.worker.models import ModelFactories, ModelRegistry
+from ragspine.services.worker.server import start_worker
+
+from tests.service.helpers import CountingEmbedding
+
+
+@pytest.fixture()
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed, so no test certificate can be made")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_tls_worker_serves_tls_clients_only(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    embedding = CountingEmbedding()
+    registry = ModelRegistry(
+        embedding_spec="fake", factories=ModelFactories(embedding=lambda spec: embedding)
+    )
+    running = start_worker(registry, host="localhost", tls_cert_file=str(cert), tls_key_file=str(key))
+    address = f"localhost:{running.port}"
+    try:
+        client = WorkerClient(address, tls_ca_file=str(cert))
+        try:
+            assert len(RemoteEmbeddingBackend(client).embed_texts(["over tls"])[0]) == 8
+        finally:
+            client.close()
+        with grpc.insecure_channel(address) as channel:
+            stub = model_worker_pb2_grpc.ModelWorkerServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Info(model_worker_pb2.ModelWorkerServiceInfoRequest(), timeout=2)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        running.stop(0)
+    assert embedding.seen == ["over tls"]
+
+
+def test_half_configured_tls_is_a_clear_error(certificate: tuple[Path, Path]) -> None:
+    cert, _ = certificate
+    with pytest.raises(ValueError, match="both a certificate file and a key file"):
+        start_worker(ModelRegistry(), tls_cert_file=str(cert))
