@@ -206,10 +206,11 @@ def _length_norm(doclen: np.ndarray, avgdl: float, k1: float, b: float) -> np.nd
     return norm
 
 
-def _bm25_weights(tf: np.ndarray, norm: np.ndarray, idf: float, k1: float) -> np.ndarray:
+def _bm25_weights(tf: np.ndarray, norm: np.ndarray, idf: float | np.ndarray, k1: float) -> np.ndarray:
     """Per-posting BM25 term weight ``idf * tf * (k1 + 1) / (tf + norm)``, same order as the reference.
 
-    Works in place to save allocations: ``norm`` (a scratch array the caller owns) is overwritten.
+    ``idf`` is one number or one per posting. Works in place to save allocations: ``norm`` (a scratch
+    array the caller owns) is overwritten.
     """
     weights: np.ndarray = tf * idf
     weights *= k1 + 1.0
@@ -547,13 +548,13 @@ class InvertedIndex:
             return self._subset_scores(counts, self._check_allowed(allowed))
         if self._n_live == 0:
             return None
-        cache = self._cache
+        entries = self._term_postings(counts)
         slots_parts: list[np.ndarray] = []
         weight_parts: list[np.ndarray] = []
         term_slots: list[np.ndarray] = []
         dense_sum: np.ndarray | None = None
         for token, count in counts.items():
-            postings = cache.get(token) or self._postings(token)
+            postings = entries.get(token)
             if postings is None or not postings.slots.shape[0]:
                 continue
             if postings.dense is not None:
@@ -582,10 +583,11 @@ class InvertedIndex:
         if n_sub == 0:
             return None
         avgdl = int(self._doclen[:n_slots][subset].sum()) / n_sub
+        entries = self._term_postings(counts)
         slots_parts: list[np.ndarray] = []
         weight_parts: list[np.ndarray] = []
         for token, count in counts.items():
-            postings = self._cache.get(token) or self._postings(token)
+            postings = entries.get(token)
             if postings is None:
                 continue
             keep = subset[postings.slots]
@@ -621,52 +623,83 @@ class InvertedIndex:
             self._norm = norm  # concurrent readers may both compute it; they store equal arrays
         return norm
 
-    def _postings(self, token: str) -> _TermPostings | None:
-        """Live postings of ``token`` with full-corpus contributions; None for a never-seen token."""
+    def _term_postings(self, tokens: Iterable[str]) -> dict[str, _TermPostings]:
+        """Postings with full-corpus contributions for every known token, computed together if missing.
+
+        Cached entries are reused; the missing ones are gathered from every segment and weighted in one
+        vectorised pass (one gather, one formula evaluation for the whole query), then cached.
+        """
         cache = self._cache
-        hit = cache.get(token)
-        if hit is not None:
-            return hit
-        term = self._vocab.get(token)
-        if term is None:
-            return None
-        slot_parts, tf_parts = [], []
+        found: dict[str, _TermPostings] = {}
+        missing: list[tuple[str, int]] = []
+        vocab = self._vocab
+        for token in tokens:
+            hit = cache.get(token)
+            if hit is not None:
+                found[token] = hit
+            else:
+                term = vocab.get(token)
+                if term is not None:
+                    missing.append((token, term))
+        if not missing or self._n_live == 0:
+            return found
+        term_ids = np.fromiter((term for _, term in missing), dtype=np.int64, count=len(missing))
+        slot_parts: list[list[np.ndarray]] = [[] for _ in missing]
+        tf_parts: list[list[np.ndarray]] = [[] for _ in missing]
         for seg in self._segments:
-            i = seg.terms.searchsorted(term)
-            if i < seg.terms.shape[0] and seg.terms[i] == term:
-                lo, hi = seg.indptr[i : i + 2]
-                slot_parts.append(seg.slots[lo:hi])
-                tf_parts.append(seg.tf[lo:hi])
-        if len(slot_parts) == 1:
-            slots, tf = slot_parts[0], tf_parts[0].astype(np.float64)
-        elif slot_parts:
-            slots, tf = np.concatenate(slot_parts), np.concatenate(tf_parts).astype(np.float64)
-        else:
-            slots, tf = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64)
+            if not seg.terms.shape[0]:
+                continue
+            rows = np.minimum(seg.terms.searchsorted(term_ids), seg.terms.shape[0] - 1)
+            starts, ends = seg.indptr[rows].tolist(), seg.indptr[rows + 1].tolist()
+            for j in np.flatnonzero(seg.terms[rows] == term_ids).tolist():
+                slot_parts[j].append(seg.slots[starts[j] : ends[j]])
+                tf_parts[j].append(seg.tf[starts[j] : ends[j]])
+        flat_slots = [part for parts in slot_parts for part in parts]
+        if not flat_slots:
+            return found
+        slots = np.concatenate(flat_slots)
+        tf = np.concatenate([part for parts in tf_parts for part in parts]).astype(np.float64)
+        lengths = np.zeros(len(missing), dtype=np.int64)  # postings per term, dead ones included
+        for j, parts in enumerate(slot_parts):
+            lengths[j] = sum(part.shape[0] for part in parts)
         if self._n_live != self._n_slots:  # dead postings may remain until the next merge
             keep = self._alive[slots]
             if not keep.all():
+                owner = np.repeat(np.arange(len(missing)), lengths)
+                lengths = np.bincount(owner[keep], minlength=len(missing))
                 slots, tf = slots[keep], tf[keep]
-        df = slots.shape[0]
+        dfs = lengths.tolist()
+        n_live = self._n_live
+        idf = np.repeat([_idf(df, n_live) if df else 0.0 for df in dfs], lengths)
+        contrib = _bm25_weights(tf, self._full_norm()[slots], idf, self._k1)
         n_slots = self._n_slots
-        dense = None
-        if df:
-            contrib = _bm25_weights(tf, self._full_norm()[slots], _idf(df, self._n_live), self._k1)
-            if df >= _DENSE_SHARE * n_slots:
+        offset = 0
+        fresh: dict[str, _TermPostings] = {}
+        for (token, _), df in zip(missing, dfs, strict=True):
+            window = slice(offset, offset + df)
+            offset += df
+            dense = None
+            if df and df >= _DENSE_SHARE * n_slots:
                 dense = np.zeros(n_slots, dtype=np.float64)
-                dense[slots] = contrib
-        else:
-            contrib = tf
-        size = df + (n_slots if dense is not None else 0)
-        entry = _TermPostings(slots, tf, contrib, dense, size)
-        if size <= self._cache_limit:
-            with self._cache_lock:
-                if cache is self._cache:  # not invalidated meanwhile
-                    self._cache_size += size
-                    while self._cache_size > self._cache_limit and cache:
-                        self._cache_size -= cache.pop(next(iter(cache))).size
-                    cache[token] = entry
-        return entry
+                dense[slots[window]] = contrib[window]
+            size = df + (n_slots if dense is not None else 0)
+            fresh[token] = _TermPostings(slots[window], tf[window], contrib[window], dense, size)
+        self._remember(cache, fresh)
+        found.update(fresh)
+        return found
+
+    def _remember(self, cache: dict[str, _TermPostings], fresh: dict[str, _TermPostings]) -> None:
+        """Add entries to the cache, evicting the oldest ones beyond ``cache_postings``."""
+        with self._cache_lock:
+            if cache is not self._cache:  # a write invalidated it meanwhile
+                return
+            for token, entry in fresh.items():
+                if entry.size > self._cache_limit:
+                    continue
+                self._cache_size += entry.size
+                while self._cache_size > self._cache_limit and cache:
+                    self._cache_size -= cache.pop(next(iter(cache))).size
+                cache[token] = entry
 
     def _top(
         self, scores: np.ndarray, term_slots: list[np.ndarray], k: int | None
