@@ -86,7 +86,9 @@ class RetrievalServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def IngestStream(self, request_iterator, context):
-        """Same as Ingest for large batches: one document per message, one summary at the end.
+        """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
+        validated and committed in groups of 64; an invalid document fails the call with its stream position,
+        and groups committed before it stay stored.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

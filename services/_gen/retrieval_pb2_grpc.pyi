@@ -42,7 +42,10 @@ class RetrievalServiceStub:
     Ingest: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.IngestRequest, _retrieval_pb2.IngestResponse]
     """Parses, chunks, stores and indexes a batch of documents into one library."""
     IngestStream: _grpc.StreamUnaryMultiCallable[_retrieval_pb2.IngestStreamRequest, _retrieval_pb2.IngestStreamResponse]
-    """Same as Ingest for large batches: one document per message, one summary at the end."""
+    """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
+    validated and committed in groups of 64; an invalid document fails the call with its stream position,
+    and groups committed before it stay stored.
+    """
     DeleteDocument: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.DeleteDocumentRequest, _retrieval_pb2.DeleteDocumentResponse]
     """Withdraws every active chunk of one document from one library."""
     Retrieve: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.RetrieveRequest, _retrieval_pb2.RetrieveResponse]
@@ -64,7 +67,10 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     Ingest: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.IngestRequest, _retrieval_pb2.IngestResponse]  # type: ignore[assignment]
     """Parses, chunks, stores and indexes a batch of documents into one library."""
     IngestStream: _aio.StreamUnaryMultiCallable[_retrieval_pb2.IngestStreamRequest, _retrieval_pb2.IngestStreamResponse]  # type: ignore[assignment]
-    """Same as Ingest for large batches: one document per message, one summary at the end."""
+    """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
+    validated and committed in groups of 64; an invalid document fails the call with its stream position,
+    and groups committed before it stay stored.
+    """
     DeleteDocument: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.DeleteDocumentRequest, _retrieval_pb2.DeleteDocumentResponse]  # type: ignore[assignment]
     """Withdraws every active chunk of one document from one library."""
     Retrieve: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.RetrieveRequest, _retrieval_pb2.RetrieveResponse]  # type: ignore[assignment]
@@ -95,7 +101,10 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_retrieval_pb2.IngestStreamRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_retrieval_pb2.IngestStreamResponse, _abc.Awaitable[_retrieval_pb2.IngestStreamResponse]]:
-        """Same as Ingest for large batches: one document per message, one summary at the end."""
+        """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
+        validated and committed in groups of 64; an invalid document fails the call with its stream position,
+        and groups committed before it stay stored.
+        """
 
     @_abc_1.abstractmethod
     def DeleteDocument(

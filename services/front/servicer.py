@@ -104,10 +104,11 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self.remote_worker = remote_worker
 
     # ------------------------------------------------------------------ ingest
-    def _writable(self, library_id: str) -> Library:
+    @staticmethod
+    def _authorize(library_id: str) -> str:
         check_library_id(library_id)
         current_caller().require(library_id)
-        return self.catalog.get(library_id, create=True)
+        return library_id
 
     def _prepare(self, docs: Iterable[retrieval_pb2.Document]) -> list[tuple[str, DocumentMeta, str]]:
         """Parse and validate every document before anything is written (a bad one stores nothing)."""
@@ -141,36 +142,38 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 f"{len(request.documents)} documents in one request; the limit is "
                 f"{self.limits.max_documents_per_request}: use IngestStream or split the batch"
             )
-        library = self._writable(request.library)
+        self._authorize(request.library)
         prepared = self._prepare(request.documents)
-        results = self._ingest(library, prepared)
+        # The library is created only once its first batch is known to be valid.
+        results = self._ingest(self.catalog.get(request.library, create=True), prepared)
         return retrieval_pb2.IngestResponse(results=results, timings=_timings(started))
 
     def IngestStream(
         self, request_iterator: Iterator[retrieval_pb2.IngestStreamRequest], context: grpc.ServicerContext
     ) -> retrieval_pb2.IngestStreamResponse:
         started = time.perf_counter()
-        library: Library | None = None
+        library_id = ""
         results: list[Any] = []
         batch: list[retrieval_pb2.Document] = []
         offset = 0
         for message in request_iterator:
-            if library is None:
-                library = self._writable(message.library)
-            elif message.library != library.library_id:
+            if not library_id:
+                library_id = self._authorize(message.library)
+            elif message.library != library_id:
                 raise ValueError(
-                    f"every message of one stream must name library {library.library_id!r}, "
-                    f"got {message.library!r}"
+                    f"every message of one stream must name library {library_id!r}, got {message.library!r}"
                 )
             batch.append(message.document)
             if len(batch) >= 64:
-                results += self._ingest(library, self._prepare_offset(batch, offset))
+                prepared = self._prepare_offset(batch, offset)
+                results += self._ingest(self.catalog.get(library_id, create=True), prepared)
                 offset += len(batch)
                 batch = []
-        if library is None:
+        if not library_id:
             raise ValueError("the stream carried no documents")
         if batch:
-            results += self._ingest(library, self._prepare_offset(batch, offset))
+            prepared = self._prepare_offset(batch, offset)
+            results += self._ingest(self.catalog.get(library_id, create=True), prepared)
         return retrieval_pb2.IngestStreamResponse(results=results, timings=_timings(started))
 
     def _prepare_offset(self, docs: list[retrieval_pb2.Document], offset: int) -> list[Any]:

@@ -280,3 +280,16 @@ def test_degraded_answers_are_counted(make_front) -> None:
     before = REGISTRY.get_sample_value("ragspine_degraded_answers_total", {"stage": "embedding"}) or 0.0
     _ask(front, "battery swap", timeout=5)
     assert REGISTRY.get_sample_value("ragspine_degraded_answers_total", {"stage": "embedding"}) == before + 1
+
+
+def test_stream_must_stay_in_one_library_and_bad_first_batch_creates_nothing(make_front) -> None:
+    front = make_front()
+    mixed = [
+        pb.IngestStreamRequest(library="a", document=pb.Document(doc_id="1", text="first text")),
+        pb.IngestStreamRequest(library="b", document=pb.Document(doc_id="2", text="second text")),
+    ]
+    with pytest.raises(grpc.RpcError) as info:
+        front.stub.IngestStream(iter(mixed), timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "must name library 'a'" in info.value.details()
+    assert front.stub.ListLibraries(pb.ListLibrariesRequest(), timeout=5).libraries == []
