@@ -136,3 +136,31 @@ def test_link_filters_retry_and_errors(tmp_path: Path) -> None:
             retriever.retrieve("revenue", filters={"colour": "red"})
     finally:
         store.close()
+
+
+def test_dense_channel_scores_are_exact_cosines(tmp_path: Path) -> None:
+    from ragspine.retrieval.lexical.retrieval import cosine_similarity
+    from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
+    from tests.conformance.corpus import make_documents
+
+    backend = DeterministicEmbeddingBackend()
+    index = NarrativeIndex(_store(tmp_path / "d.db"), embedding_backend=backend)
+    docs = make_documents(25, seed=4)
+    index.ingest_many(docs)
+    query = "battery supplier margin"
+    qvec = backend.embed_texts([query])[0]
+
+    def check(results: list, expect_missing: str = "") -> None:  # type: ignore[type-arg]
+        assert results
+        for r in results:
+            assert r.chunk.doc_id != expect_missing
+            if r.vector_score:
+                ref = cosine_similarity(qvec, backend.embed_texts([r.chunk.text])[0])
+                assert r.vector_score == pytest.approx(ref, abs=1e-9)
+
+    check(index.retrieve(query, top_k=40))
+    check(index.retrieve(query, top_k=40, entity="ACME_CN"))
+    index.withdraw(docs[0][1].doc_id)
+    index.ingest("battery battery supplier", DocumentMeta("new"))
+    check(index.retrieve(query, top_k=40), expect_missing=docs[0][1].doc_id)
+    assert "new" in {r.chunk.doc_id for r in index.retrieve(query, top_k=40)}

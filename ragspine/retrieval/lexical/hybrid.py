@@ -111,6 +111,8 @@ class HybridRetriever:
         self._vectors: MutableMapping[str, list[float]] = {} if embedding_cache is None else embedding_cache
         # Learned-sparse first stage: documents are encoded when added; any the encoder failed on wait in
         # ``_sparse_pending`` and are retried before the next sparse search.
+        self._dense: tuple[np.ndarray, dict[str, int]] | None = None
+        self._dense_ids: list[str] = []
         self._sparse = ImpactIndex()
         self._sparse_pending: set[str] = set()
         self.add_chunks(chunks)
@@ -182,6 +184,7 @@ class HybridRetriever:
             return 0
         self._lex.remove_many(ids)
         self._sparse.remove_many(ids)
+        self._dense = None
         self._sparse_pending.difference_update(ids)
         for cid in ids:
             chunk = self._chunks.pop(cid)
@@ -346,6 +349,18 @@ class HybridRetriever:
         allowed = None if candidates is None else self._sparse.mask(candidates)
         return self._sparse.search(qweights, k, allowed=allowed)
 
+    def _dense_matrix(self) -> tuple[np.ndarray, dict[str, int]]:
+        """Unit-normalised float64 matrix of every cached chunk vector and chunk_id → row; rebuilt only
+        after the indexed chunks or their vectors changed."""
+        if self._dense is None:
+            ids = [cid for cid in self._chunks if cid in self._vectors]
+            matrix = np.asarray([self._vectors[cid] for cid in ids], dtype=np.float64).reshape(len(ids), -1)
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            matrix /= np.where(norms == 0.0, 1.0, norms)
+            self._dense_ids = ids
+            self._dense = (matrix, {cid: i for i, cid in enumerate(ids)})
+        return self._dense
+
     def _vector_ranking(self, query: str, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
         assert self.embedding_backend is not None
         pool = list(self._chunks) if candidates is None else candidates
@@ -361,6 +376,7 @@ class HybridRetriever:
                 )
             for cid, vec in zip(missing, vectors, strict=True):
                 self._vectors[cid] = list(vec)
+            self._dense = None
             if self.vector_store is not None and self.manage_vectors:
                 self.vector_store.upsert(
                     [
@@ -375,11 +391,15 @@ class HybridRetriever:
             where = None if candidates is None else {"id": list(pool)}
             hits = self.vector_store.query(list(q), k=k, where=where)
             return [(h.id, float(h.score)) for h in hits if h.id in self._chunks]
-        matrix = np.asarray([self._vectors[cid] for cid in pool], dtype=np.float64)  # (n, dim)
-        if matrix.ndim != 2 or matrix.shape[1] != q.shape[0]:
+        matrix, rows = self._dense_matrix()  # (m, dim) unit rows
+        if matrix.shape[1] != q.shape[0]:
             raise RuntimeError(f"embedding dimension mismatch: query {q.shape}, chunks {matrix.shape}")
-        norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
-        sims = (matrix @ q) / np.where(norms == 0.0, 1.0, norms)  # (n,)
+        q = q / (np.linalg.norm(q) or 1.0)
+        if candidates is None and len(rows) == len(pool):
+            pool = self._dense_ids
+            sims = matrix @ q  # (n,)
+        else:
+            sims = matrix[np.fromiter((rows[cid] for cid in pool), dtype=np.int64, count=len(pool))] @ q
         if k < len(pool):
             # Everything tied with the k-th best stays in play so that ties resolve by chunk_id, not by slot.
             kth = np.partition(sims, len(pool) - k)[len(pool) - k]
