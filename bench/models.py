@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,13 +32,21 @@ def _set_threads(threads: int) -> None:
         os.environ[var] = str(threads)
 
 
-def _rate(work: Callable[[], object], items: int, rounds: int) -> float:
-    best = 0.0
+def _rates(
+    ours: Callable[[], object], peer: Callable[[], object], items: int, rounds: int
+) -> tuple[float, float]:
+    """Best items/s of each side; rounds alternate ours/peer so load drift on a shared machine hits both."""
+    best_ours = best_peer = 0.0
     for _ in range(rounds):
-        start = time.perf_counter()
-        work()
-        best = max(best, items / (time.perf_counter() - start))
-    return best
+        for side, work in (("ours", ours), ("peer", peer)):
+            start = time.perf_counter()
+            work()
+            rate = items / (time.perf_counter() - start)
+            if side == "ours":
+                best_ours = max(best_ours, rate)
+            else:
+                best_peer = max(best_peer, rate)
+    return best_ours, best_peer
 
 
 def throughput(passages: list[str], queries: list[str], threads: int, rounds: int) -> list[dict[str, object]]:
@@ -143,16 +152,18 @@ def throughput(passages: list[str], queries: list[str], threads: int, rounds: in
     ]
     for name, ours_p, ours_q, peer_name, peer_p, peer_q in cases:
         ours_p(passages[:8]), peer_p(passages[:8])  # warm-up (allocators, lazy init)
-        row = {
+        ours_ps, peer_ps = _rates(partial(ours_p, passages), partial(peer_p, passages), len(passages), rounds)
+        ours_qs, peer_qs = _rates(partial(ours_q, queries), partial(peer_q, queries), len(queries), rounds)
+        row: dict[str, object] = {
             "model": name,
             "peer": peer_name,
-            "ours_passages_s": _rate(lambda f=ours_p: f(passages), len(passages), rounds),
-            "peer_passages_s": _rate(lambda f=peer_p: f(passages), len(passages), rounds),
-            "ours_queries_s": _rate(lambda f=ours_q: f(queries), len(queries), rounds),
-            "peer_queries_s": _rate(lambda f=peer_q: f(queries), len(queries), rounds),
+            "ours_passages_s": ours_ps,
+            "peer_passages_s": peer_ps,
+            "ours_queries_s": ours_qs,
+            "peer_queries_s": peer_qs,
         }
-        row["passages_ratio"] = row["ours_passages_s"] / row["peer_passages_s"]  # type: ignore[operator]
-        row["queries_ratio"] = row["ours_queries_s"] / row["peer_queries_s"]  # type: ignore[operator]
+        row["passages_ratio"] = ours_ps / peer_ps
+        row["queries_ratio"] = ours_qs / peer_qs
         rows.append(row)
         print(_row_line(row), flush=True)
     return rows
