@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from ragspine.retrieval.lexical.bm25 import rrf_fuse  # noqa: E402
 from ragspine.retrieval.lexical.tokenizer import tokenize  # noqa: E402
-from ragspine.retrieval.visual.maxsim import maxsim_scores  # noqa: E402
+from ragspine.retrieval.visual.maxsim import maxsim_scores, pad_pages  # noqa: E402
 from ragspine.retrieval.visual.page_store import VisualPageStore  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "financebench_pages"
@@ -187,6 +187,71 @@ def compression_impact(
     return rows
 
 
+def synthetic_compression_task(
+    n_pages: int = 1000, n_queries: int = 200, dim: int = 128, seed: int = 0, noise_norm: float = 1.5
+) -> list[tuple[str, float, float, float]]:
+    """Storage variants on a controlled late-interaction task where matching patches decide relevance.
+
+    Each page has 160 patches: 40 content vectors drawn from a 3,000-concept vocabulary plus 120 near-copies
+    of 8 shared background vectors (margins, white space), all with noise. A query is 6 of one page's
+    concepts plus 4 random tokens; noise of norm 1.5 on the unit signal (cosine ~0.55 to the clean vector)
+    sits on content and query vectors, half that on background. That page is the one relevant answer. Returns
+    (variant, bytes/page, nDCG@5, Recall@10).
+    """
+    from ragspine.retrieval.visual.compression import binarize, pool_tokens, unbinarize
+
+    rng = np.random.default_rng(seed)
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+    noise = noise_norm / np.sqrt(dim)  # noise vectors of norm ~noise_norm; the signal has norm 1
+    concepts = unit(rng.standard_normal((3000, dim)))
+    background = unit(rng.standard_normal((8, dim)))
+    pages, page_concepts = [], []
+    for _ in range(n_pages):
+        chosen = rng.choice(len(concepts), 40, replace=False)
+        content = unit(concepts[chosen] + noise * rng.standard_normal((40, dim)))
+        filler = unit(background[rng.integers(0, 8, 120)] + 0.5 * noise * rng.standard_normal((120, dim)))
+        pages.append(np.concatenate([content, filler]))
+        page_concepts.append(chosen)
+    targets = rng.integers(0, n_pages, n_queries)
+    queries = []
+    for t in targets:
+        picked = concepts[rng.choice(page_concepts[t], 6, replace=False)]
+        tokens = np.concatenate(
+            [picked + noise * rng.standard_normal((6, dim)), rng.standard_normal((4, dim))]
+        )
+        queries.append(unit(tokens))
+    qrels = {str(i): {str(t)} for i, t in enumerate(targets)}
+    variants: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+        "float32": lambda v: v,
+        "float16 (default)": lambda v: v.astype(np.float16),
+        "bits": lambda v: unbinarize(binarize(v), v.shape[1]),
+        "pool x2 + fp16": lambda v: pool_tokens(v, 2).astype(np.float16),
+        "pool x4 + fp16": lambda v: pool_tokens(v, 4).astype(np.float16),
+    }
+    rows = []
+    for name, transform in variants.items():
+        stored = [transform(p) for p in pages]
+        nbytes = float(
+            np.mean(
+                [
+                    binarize(p).nbytes if name == "bits" else s.nbytes
+                    for p, s in zip(pages, stored, strict=True)
+                ]
+            )
+        )
+        padded, mask = pad_pages(stored)  # float32 copy of the stored values: exact for fp16 and bits
+        rankings = {}
+        for i, q in enumerate(queries):
+            order = np.argsort(-maxsim_scores(q, padded, mask, device="cpu"), kind="stable")[:10]
+            rankings[str(i)] = [str(j) for j in order]
+        ndcg, recall = evaluate(rankings, qrels)
+        rows.append((name, nbytes, ndcg, recall))
+    return rows
+
+
 # --- MaxSim latency --------------------------------------------------------------------------------
 
 
@@ -211,6 +276,13 @@ def maxsim_latency(n_pages: int, patches: int, dim: int = 128, q_tokens: int = 2
 # --- main ------------------------------------------------------------------------------------------
 
 
+def print_compression_task() -> None:
+    print("\ncompression on a controlled synthetic late-interaction task (1,000 pages, 200 queries):")
+    print("  variant             bytes/page  nDCG@5  Recall@10")
+    for name, nbytes, ndcg, recall in synthetic_compression_task():
+        print(f"  {name:<18} {nbytes:10.0f}  {ndcg:6.1f}  {recall:9.1f}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -221,12 +293,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--skip-visual", action="store_true")
     parser.add_argument("--skip-maxsim", action="store_true")
+    parser.add_argument(
+        "--only-compression", action="store_true", help="run just the controlled compression task"
+    )
     parser.add_argument("--maxsim-sizes", default="1000,10000,100000")
     parser.add_argument(
         "--maxsim-patches", default="64,768", help="patches per page; 768 runs up to 10k pages"
     )
     args = parser.parse_args(argv)
 
+    if args.only_compression:
+        print_compression_task()
+        return
     corpus, queries, qrels = load_set(args.data, args.pages)
     queries = {q: t for q, t in queries.items() if q in qrels}
     depth = 100
@@ -292,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(f"  {name:<18} {nbytes:10.0f}  {overlap:14.1f}  {c_ndcg:6.1f}")
             run["store"].close()
 
+    print_compression_task()
     if not args.skip_maxsim:
         print("\nMaxSim latency, CPU numpy, 1 query x 20 tokens x 128 d, fp16 pages, best of 3:")
         for patches in (int(p) for p in args.maxsim_patches.split(",")):

@@ -218,7 +218,7 @@ def main() -> None:
         figures.update(params_m=params / 1e6, build_s=built)
         report["models"][family] = figures
         print(
-            f"{family}: {params / 1e6:,.0f}M params, {figures['pages_per_s']:.1f} pages/s "
+            f"{family}: {params / 1e6:,.2f}M params, {figures['pages_per_s']:.1f} pages/s "
             f"({figures['vectors_per_page']:.0f} vectors/page), query p50 {figures['query_ms_p50']:.1f} ms "
             f"p95 {figures['query_ms_p95']:.1f} ms, peak {figures['peak_gib_embedding']:.1f} GiB"
         )
