@@ -6,6 +6,8 @@ so that BLAS/OpenMP pools are created with one thread and the figures compare si
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import resource
 import sys
@@ -30,6 +32,7 @@ __all__ = [
     "mean_ndcg",
     "peak_rss_bytes",
     "pin_single_thread",
+    "release_free_heap",
     "rss_bytes",
 ]
 
@@ -84,6 +87,17 @@ def best_rate(work: Callable[[], object], items: int, rounds: int = 3) -> float:
         work()
         best = max(best, items / (time.perf_counter() - start))
     return best
+
+
+def release_free_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc ``malloc_trim``); a no-op elsewhere.
+
+    glibc keeps freed blocks below its (self-raising) mmap threshold inside the heap, so after a burst of
+    large temporaries RSS overstates what a process still uses. Calling this before reading RSS makes
+    the figure the live footprint, the same way for every engine measured.
+    """
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def rss_bytes() -> int:
