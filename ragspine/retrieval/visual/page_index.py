@@ -114,21 +114,22 @@ class VisualPageIndex:
         self._reload()
         return removed
 
-    def _padded_pages(self) -> tuple[np.ndarray, np.ndarray]:
+    def _snapshot(self) -> tuple[list[StoredPage], np.ndarray, np.ndarray]:
+        # Pages and their padded vectors are taken together so a concurrent add_pages cannot pair one
+        # list's indexes with another list's rows.
         with self._lock:
             if self._padded is None:
                 self._padded = pad_pages([p.vectors for p in self._pages], dtype=np.float16)
-            return self._padded
+            return self._pages, self._padded[0], self._padded[1]
 
-    def _candidates(self, allowed: PagePredicate | Collection[str] | None) -> list[int]:
+    @staticmethod
+    def _candidates(pages: list[StoredPage], allowed: PagePredicate | Collection[str] | None) -> list[int]:
         if allowed is None:
-            return list(range(len(self._pages)))
+            return list(range(len(pages)))
         if callable(allowed):
-            return [i for i, p in enumerate(self._pages) if allowed(p)]
-        if isinstance(allowed, str):
-            raise ValueError("allowed must be a collection of page locators or a predicate, not one string")
+            return [i for i, p in enumerate(pages) if allowed(p)]
         wanted = set(allowed)
-        return [i for i, p in enumerate(self._pages) if p.locator in wanted]
+        return [i for i, p in enumerate(pages) if p.locator in wanted]
 
     def search(
         self, query: str, *, k: int = 10, allowed: PagePredicate | Collection[str] | None = None
@@ -143,22 +144,24 @@ class VisualPageIndex:
             raise ValueError("query must be a non-empty string")
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if isinstance(allowed, str):
+            raise ValueError("allowed must be a collection of page locators or a predicate, not one string")
         if not self._pages:
             return []
-        candidates = self._candidates(allowed)
+        pages, vectors, mask = self._snapshot()  # vectors (n, p, d), mask (n, p)
+        candidates = self._candidates(pages, allowed)
         if not candidates:
             return []
         query_vecs = self.encoder.embed_queries([query])[0]  # (q, d)
-        pages, mask = self._padded_pages()  # (n, p, d), (n, p)
-        if len(candidates) < len(self._pages):
+        if len(candidates) < len(pages):
             index = np.asarray(candidates)
-            pages, mask = pages[index], mask[index]
-        scores: Any = self._scorer(query_vecs, pages, mask, device=self._device)
+            vectors, mask = vectors[index], mask[index]
+        scores: Any = self._scorer(query_vecs, vectors, mask, device=self._device)
         ranked = sorted(
-            range(len(candidates)), key=lambda j: (-float(scores[j]), self._pages[candidates[j]].locator)
+            range(len(candidates)), key=lambda j: (-float(scores[j]), pages[candidates[j]].locator)
         )
         leads = []
         for j in ranked[:k]:
-            page = self._pages[candidates[j]]
+            page = pages[candidates[j]]
             leads.append(PageLead(page.doc_id, page.page, page.locator, float(scores[j]), page.library))
         return leads

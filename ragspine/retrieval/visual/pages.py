@@ -102,6 +102,8 @@ def render_pdf_pages(
         if isinstance(pdf_bytes_or_path, bytes | bytearray | memoryview):
             raise ValueError("doc_id is required when the PDF is given as bytes")
         doc_id = Path(pdf_bytes_or_path).stem
+    import pypdfium2 as pdfium
+
     pdf = _open_pdf(pdf_bytes_or_path)
     try:
         count = len(pdf)
@@ -112,7 +114,10 @@ def render_pdf_pages(
         scale = dpi / _PDF_POINTS_PER_INCH
         records = []
         for index in range(limit):
-            page = pdf[index]
+            try:
+                page = pdf[index]
+            except pdfium.PdfiumError as exc:
+                raise ValueError(f"page {index + 1} of PDF {doc_id!r} could not be loaded: {exc}") from None
             try:
                 width, height = page.get_size()
                 image = page.render(scale=scale).to_pil().convert("RGB")
@@ -121,6 +126,8 @@ def render_pdf_pages(
                     text = textpage.get_text_bounded()
                 finally:
                     textpage.close()
+            except pdfium.PdfiumError as exc:
+                raise ValueError(f"page {index + 1} of PDF {doc_id!r} could not be rendered: {exc}") from None
             finally:
                 page.close()
             records.append(
