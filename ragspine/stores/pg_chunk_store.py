@@ -5,8 +5,12 @@ Same tables as the SQLite store (``narrative_chunk`` with version/active rows, `
 Writers take one transaction-scoped advisory lock, so versions and change-log sequence numbers are
 assigned and committed in one order: a reader that has seen change ``n`` has seen every change before it,
 which is what lets ``changes_since`` drive incremental index updates. Each commit also sends a
-``NOTIFY`` (channel ``ragspine_chunk_changes``, payload = the change seq), so replicas can block in
-``wait_for_change`` instead of polling.
+``NOTIFY`` (payload = the change seq), so replicas can block in ``wait_for_change`` instead of polling.
+
+One database can hold many stores, one per PostgreSQL schema (``schema=``): each schema has its own
+tables, change log, write lock and NOTIFY channel, so a write to one never blocks or wakes another.
+The default schema ``public`` keeps the original layout: no ``search_path`` of its own (the DSN's
+``options`` decide where the tables live), the shared channel ``ragspine_chunk_changes`` and lock key.
 
 Text columns that identify or order rows use the "C" collation: ``iter_chunks`` orders by code point,
 exactly as SQLite does, whatever the database's default locale.
@@ -14,6 +18,8 @@ exactly as SQLite does, whatever the database's default locale.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,9 +36,21 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
 
-__all__ = ["CHANGE_CHANNEL", "PgChunkStore", "PgRow", "redact_dsn"]
+__all__ = [
+    "CHANGE_CHANNEL",
+    "DEFAULT_SCHEMA",
+    "PgChunkStore",
+    "PgRow",
+    "change_channel",
+    "redact_dsn",
+    "scrub_secret",
+]
 
 CHANGE_CHANNEL = "ragspine_chunk_changes"
+DEFAULT_SCHEMA = "public"
+# Lowercase so the name needs no quoting anywhere (psql, grants, logs); 63 bytes is PostgreSQL's limit.
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_MAX_IDENTIFIER = 63
 
 _TABLE = "narrative_chunk"
 _LOG = "narrative_change_log"
@@ -94,6 +112,42 @@ _SCHEMA = (
 _READ_TIMEOUT_MS = 30_000
 
 
+def _check_schema(schema: object) -> str:
+    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema) or schema.startswith("pg_"):
+        raise ValueError(
+            f"schema {schema!r} is invalid: use 1-63 lowercase letters, digits or '_', starting with a "
+            "letter or '_' and not with 'pg_' (reserved by PostgreSQL)"
+        )
+    return schema
+
+
+def _digest(text: str, size: int) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=size).digest()
+
+
+def change_channel(schema: str = DEFAULT_SCHEMA) -> str:
+    """The NOTIFY channel of the store in ``schema`` (``ragspine_chunk_changes.<schema>``).
+
+    Names longer than PostgreSQL's 63-byte identifier limit keep a readable prefix and end in ``#`` plus a
+    hash of the full schema name (``#`` never occurs in a schema name, so the forms cannot collide).
+    Raises ``ValueError`` for an invalid schema name.
+    """
+    if _check_schema(schema) == DEFAULT_SCHEMA:
+        return CHANGE_CHANNEL
+    full = f"{CHANGE_CHANNEL}.{schema}"
+    if len(full) <= _MAX_IDENTIFIER:
+        return full
+    tag = "#" + _digest(schema, 6).hex()
+    return full[: _MAX_IDENTIFIER - len(tag)] + tag
+
+
+def _write_lock_key(schema: str) -> int:
+    """Advisory-lock key serialising writers of one schema (a signed 64-bit number, as PostgreSQL wants)."""
+    if schema == DEFAULT_SCHEMA:
+        return _WRITE_LOCK_KEY
+    return int.from_bytes(_digest("ragspine-write:" + schema, 8), "big", signed=True)
+
+
 def _require_psycopg() -> None:
     if psycopg is None:
         raise ValueError("the PostgreSQL store needs the [postgres] extra: pip install 'ragspine[postgres]'")
@@ -109,6 +163,23 @@ def redact_dsn(dsn: str) -> str:
         return "<unparseable DSN>"
     parts.pop("password", None)
     return " ".join(f"{k}={v}" for k, v in sorted(parts.items()))
+
+
+def scrub_secret(message: str, dsn: str) -> str:
+    """``message`` (say, a driver error) with the DSN's password replaced by ``***``, in every spelling it
+    may take (as typed in a URI, or decoded). Some libpq errors quote part of the connection string."""
+    from urllib.parse import quote, unquote
+
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        password = str(conninfo_to_dict(dsn).get("password") or "")
+    except Exception:
+        # Unparseable: the driver may echo any of it, so say nothing more than that it failed.
+        return "the DSN does not parse (details withheld: they could contain a password)"
+    for spelling in sorted({password, quote(password, safe=""), unquote(password)} - {""}, key=len)[::-1]:
+        message = message.replace(spelling, "***")
+    return message
 
 
 class PgRow(tuple[Any, ...]):
@@ -158,8 +229,13 @@ class PgChunkStore:
     """Versioned PostgreSQL store of chunks with the SQLite ``ChunkStore`` interface.
 
     ``dsn`` is a libpq connection string or URI (``postgresql://user:pass@host:5432/db``). Opening
-    connects and creates the schema if needed (idempotent, safe when several replicas start at once).
+    connects and creates the tables if needed (idempotent, safe when several replicas start at once).
     Raises ``ValueError`` (password redacted) when the server cannot be reached or the extra is missing.
+
+    ``schema`` names the PostgreSQL schema that holds this store (created if missing; 1-63 lowercase
+    letters, digits or '_'; an invalid name raises ``ValueError``). Every connection the store opens,
+    the LISTEN one included, sets ``search_path`` to that schema (then ``public``, for extension types).
+    With the default ``public`` the store sets no ``search_path``: the DSN's own settings apply.
 
     Behaviour matches ``ChunkStore``: ``replace_doc_chunks`` is one transaction (version = max + 1, the
     old rows inactive, an identical re-ingest writes nothing and returns 0, an empty list withdraws);
@@ -172,19 +248,23 @@ class PgChunkStore:
     half-applies) and the next call reconnects.
     """
 
-    def __init__(self, dsn: str, *, connect_timeout_s: float = 10.0) -> None:
+    def __init__(self, dsn: str, *, connect_timeout_s: float = 10.0, schema: str = DEFAULT_SCHEMA) -> None:
         _require_psycopg()
         if not isinstance(dsn, str) or not dsn.strip():
             raise ValueError("dsn is empty; give a PostgreSQL DSN such as postgresql://user@host:5432/db")
+        self._schema = _check_schema(schema)
+        self._channel = change_channel(schema)
+        self._write_lock = _write_lock_key(schema)
         self._dsn = dsn
+        self._connect_timeout = max(1, int(connect_timeout_s))
         self._lock = threading.RLock()
         self._listen_conn: Any = None
+        self._conn: Any = None
         try:
-            self._conn: Any = psycopg.connect(
-                dsn, autocommit=True, connect_timeout=max(1, int(connect_timeout_s))
-            )
+            self._conn = self._connect()
         except psycopg.Error as exc:
-            raise ValueError(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {exc}".strip()) from None
+            detail = scrub_secret(str(exc), dsn)
+            raise ValueError(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {detail}".strip()) from None
         try:
             self.init_schema()
         except BaseException:
@@ -197,6 +277,31 @@ class PgChunkStore:
     def dsn(self) -> str:
         """The DSN the store was opened with (it may hold a password: do not log it)."""
         return self._dsn
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding this store's tables."""
+        return self._schema
+
+    @property
+    def channel(self) -> str:
+        """The NOTIFY channel this store's commits are announced on (see :func:`change_channel`)."""
+        return self._channel
+
+    def _connect(self) -> Any:
+        """A new autocommit connection whose unqualified table names resolve in this store's schema."""
+        conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._connect_timeout)
+        if self._schema != DEFAULT_SCHEMA:
+            try:
+                # A session setting (autocommit: no transaction can roll it back); a schema that does not
+                # exist yet is skipped by PostgreSQL until init_schema creates it.
+                conn.execute(
+                    pgsql.SQL("SET search_path TO {}, public").format(pgsql.Identifier(self._schema))
+                )
+            except BaseException:
+                conn.close()
+                raise
+        return conn
 
     def close(self) -> None:
         """Close the connections. Safe to call twice; any later call raises ``ValueError``."""
@@ -222,10 +327,11 @@ class PgChunkStore:
             # The server restarted or dropped us: the statement that noticed has already failed; later
             # calls get a fresh connection instead of failing forever.
             try:
-                self._conn = psycopg.connect(self._dsn, autocommit=True)
+                self._conn = self._connect()
             except psycopg.Error as exc:
+                detail = scrub_secret(str(exc), self._dsn)
                 raise psycopg.OperationalError(
-                    f"PostgreSQL ({redact_dsn(self._dsn)}) is unreachable: {exc}"
+                    f"PostgreSQL ({redact_dsn(self._dsn)}) is unreachable: {detail}"
                 ) from None
         return self._conn
 
@@ -246,6 +352,10 @@ class PgChunkStore:
         with self._transaction() as conn:
             # CREATE ... IF NOT EXISTS still races on the catalog when two replicas start together.
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+            if self._schema != DEFAULT_SCHEMA:
+                conn.execute(
+                    pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(self._schema))
+                )
             for statement in _SCHEMA:
                 conn.execute(statement)
 
@@ -282,7 +392,7 @@ class PgChunkStore:
                     "strip NUL bytes from the document before ingesting it"
                 )
         with self._transaction() as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK_KEY,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
             cur = conn.execute(
                 f"SELECT {', '.join(_CHUNK_FIELDS)}, valid_as_of FROM {_TABLE}"
                 " WHERE doc_id = %s AND active = 1",
@@ -312,7 +422,7 @@ class PgChunkStore:
                 (doc_id, version, len(wanted), now),
             ).fetchone()[0]
             # Delivered to listeners only when this transaction commits.
-            conn.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, str(seq)))
+            conn.execute("SELECT pg_notify(%s, %s)", (self._channel, str(seq)))
         return len(wanted), int(deactivated)
 
     # ------------------------------------------------------------------ reads
@@ -444,17 +554,30 @@ class PgChunkStore:
                 return True
         return self.change_seq() > since_seq
 
+    def wake_waiters(self) -> None:
+        """Send a notice without news on this store's channel: every ``wait_for_change`` blocked on it (in
+        any process) re-checks the log at once and, with nothing new, returns False. Used to stop a
+        waiting thread promptly; other waiters of the same store just go back to waiting."""
+        with self._lock:
+            self._connection().execute("SELECT pg_notify(%s, '0')", (self._channel,))
+
     def _listener(self) -> Any:
         with self._lock:
             self._connection()
+            if self._listen_conn is not None and self._listen_conn.broken:
+                # The server dropped the LISTEN session: listen again on a new one. Changes committed in
+                # between are not lost: wait_for_change checks the log after (re)registering.
+                self._listen_conn.close()
+                self._listen_conn = None
             if self._listen_conn is None:
                 try:
-                    conn = psycopg.connect(self._dsn, autocommit=True)
+                    conn = self._connect()
                 except psycopg.Error as exc:
+                    detail = scrub_secret(str(exc), self._dsn)
                     raise ValueError(
-                        f"cannot open a LISTEN connection ({redact_dsn(self._dsn)}): {exc}"
+                        f"cannot open a LISTEN connection ({redact_dsn(self._dsn)}): {detail}"
                     ) from None
-                conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(CHANGE_CHANNEL)))
+                conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self._channel)))
                 self._listen_conn = conn
             return self._listen_conn
 

@@ -1,0 +1,153 @@
+"""Many libraries in one PostgreSQL database: one schema per library, found again from the catalog.
+
+Library ``X`` lives in schema ``lib_<x>`` (see :func:`library_schema`). The library id itself is kept as
+the schema's comment (``COMMENT ON SCHEMA``), so listing the libraries is one catalog query and ids that
+had to be rewritten for PostgreSQL ('.', '-', upper case, long ids) come back exactly as given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from typing import Any
+
+from ragspine.stores.pg_chunk_store import DEFAULT_SCHEMA, PgChunkStore, redact_dsn, scrub_secret
+
+try:
+    import psycopg
+    from psycopg import sql as pgsql
+except ModuleNotFoundError:  # pragma: no cover - exercised only without the extra
+    psycopg = None  # type: ignore[assignment]
+
+__all__ = ["SCHEMA_PREFIX", "PgLibraryDirectory", "library_schema"]
+
+SCHEMA_PREFIX = "lib_"
+_MAX_IDENTIFIER = 63
+_HASH_HEX = 10
+# A rewritten id ends in "__<hash>"; a kept one may not contain "__", so the two forms never meet.
+_KEPT = re.compile(r"^[a-z0-9_]+$")
+_UNSAFE = re.compile(r"[^a-z0-9_]")
+_LIST = (
+    "SELECT n.nspname, d.description FROM pg_namespace n"
+    " JOIN pg_description d ON d.objoid = n.oid AND d.classoid = 'pg_namespace'::regclass AND d.objsubid = 0"
+    " WHERE n.nspname LIKE %s"
+    " AND to_regclass(quote_ident(n.nspname) || '.narrative_chunk') IS NOT NULL"
+)
+
+
+def library_schema(library_id: str) -> str:
+    """The PostgreSQL schema of library ``library_id``: deterministic, and distinct ids get distinct names.
+
+    An id made only of lowercase letters, digits and single '_' that fits keeps its spelling
+    (``docs`` → ``lib_docs``). Anything else is lowercased, every other character becomes '_', and a hash
+    of the exact id is appended after a double underscore (``Team.A-1`` → ``lib_team_a_1__<10 hex>``),
+    shortening the readable part when the name would pass 63 bytes. Raises ``ValueError`` for an empty or
+    non-string id.
+    """
+    if not isinstance(library_id, str) or not library_id:
+        raise ValueError(f"library id must be a non-empty string, got {library_id!r}")
+    room = _MAX_IDENTIFIER - len(SCHEMA_PREFIX)
+    if _KEPT.match(library_id) and "__" not in library_id and len(library_id) <= room:
+        return SCHEMA_PREFIX + library_id
+    tag = "__" + hashlib.blake2b(library_id.encode("utf-8"), digest_size=8).hexdigest()[:_HASH_HEX]
+    readable = _UNSAFE.sub("_", library_id.lower())[: room - len(tag)]
+    return SCHEMA_PREFIX + readable + tag
+
+
+class PgLibraryDirectory:
+    """Lists, finds and opens the libraries of one database. Thread-safe; close it when done.
+
+    Raises ``ValueError`` (password redacted) when the database cannot be reached at construction; later
+    calls raise ``psycopg.OperationalError`` while it is down and reconnect once it is back.
+    """
+
+    def __init__(self, dsn: str, *, connect_timeout_s: float = 10.0) -> None:
+        if psycopg is None:
+            raise ValueError(
+                "the PostgreSQL store needs the [postgres] extra: pip install 'ragspine[postgres]'"
+            )
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ValueError("dsn is empty; give a PostgreSQL DSN such as postgresql://user@host:5432/db")
+        self._dsn = dsn
+        self._timeout = max(1, int(connect_timeout_s))
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        with self._lock:
+            try:
+                self._connection()
+            except psycopg.OperationalError as exc:
+                raise ValueError(str(exc)) from None
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.broken:
+            try:
+                self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._timeout)
+            except psycopg.Error as exc:
+                detail = scrub_secret(str(exc), self._dsn)
+                raise psycopg.OperationalError(
+                    f"cannot connect to PostgreSQL ({redact_dsn(self._dsn)}): {detail}"
+                ) from None
+        return self._conn
+
+    def close(self) -> None:
+        """Close the connection; safe to call twice."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+
+    def list_ids(self) -> list[str]:
+        """Ids of every library in the database, sorted. Schemas whose comment does not map back to the
+        schema's own name (not made by this directory) are ignored."""
+        with self._lock:
+            rows = self._connection().execute(_LIST, (SCHEMA_PREFIX.replace("_", r"\_") + "%",)).fetchall()
+        return sorted(desc for name, desc in rows if desc and library_schema(desc) == name)
+
+    def exists(self, library_id: str) -> bool:
+        """True when library ``library_id`` has been created in the database."""
+        return library_id in self._registered(library_schema(library_id))
+
+    def _registered(self, schema: str) -> set[str]:
+        with self._lock:
+            rows = self._connection().execute(_LIST, (schema,)).fetchall()
+        return {desc for _, desc in rows if desc}
+
+    def open(self, library_id: str, *, create: bool = False) -> PgChunkStore | None:
+        """The store of library ``library_id``; None when it does not exist and ``create`` is False.
+
+        Creating is idempotent and safe when several replicas create the same library at once. Raises
+        ``psycopg.OperationalError`` when the database is unreachable (password redacted) and
+        ``ValueError`` when the library's schema already belongs to a different id.
+        """
+        schema = library_schema(library_id)
+        if schema == DEFAULT_SCHEMA:  # pragma: no cover - the prefix makes this impossible
+            raise ValueError("a library never lives in the public schema")
+        if not create and not self.exists(library_id):
+            return None
+        try:
+            store = PgChunkStore(self._dsn, schema=schema, connect_timeout_s=self._timeout)
+        except ValueError as exc:
+            # Only connecting can fail here (the schema name is valid by construction): report it as the
+            # outage it is, not as bad input.
+            raise psycopg.OperationalError(str(exc)) from None
+        try:
+            owners = self._registered(schema)
+            if owners - {library_id}:
+                raise ValueError(
+                    f"schema {schema!r} already holds library {sorted(owners)[0]!r}, not {library_id!r}; "
+                    "rename one of the two libraries"
+                )
+            if not owners:
+                with self._lock:
+                    # The comment is what makes the library visible to list_ids and exists, so it is
+                    # written last: a replica never lists a library whose tables are not there yet.
+                    self._connection().execute(
+                        pgsql.SQL("COMMENT ON SCHEMA {} IS {}").format(
+                            pgsql.Identifier(schema), pgsql.Literal(library_id)
+                        )
+                    )
+        except BaseException:
+            store.close()
+            raise
+        return store
