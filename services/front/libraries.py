@@ -1,9 +1,12 @@
 """The front tier's libraries: one chunk store and its indexes per library id.
 
-SQLite (default): ``{data_dir}/libraries/{library_id}.sqlite``. A library's indexes are built lazily from
-its store: the configured one (hybrid when the settings' mode uses embeddings) and, on request, a lexical
-one over the same store for ``RETRIEVAL_MODE_LEXICAL``. Model components (embedding backend, reranker)
-are injected, so the same catalog serves laptop mode (in-process models) and split mode (worker clients).
+SQLite (default): ``{data_dir}/libraries/{library_id}.sqlite``. PostgreSQL (``settings.store_dsn``): one
+database shared by every front replica, one schema per library (``ragspine.stores.pg_libraries``), and a
+thread per opened library that follows the other replicas' writes (``ChangeFollower``) so its indexes are
+fresh before the next query. A library's indexes are built lazily from its store: the configured one
+(hybrid when the settings' mode uses embeddings) and, on request, a lexical one over the same store for
+``RETRIEVAL_MODE_LEXICAL``. Model components (embedding backend, reranker) are injected, so the same
+catalog serves laptop mode (in-process models) and split mode (worker clients).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import re
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragspine.services.common.errors import BackendUnavailableError, NotFoundError
+from ragspine.services.front.change_follower import ChangeFollower
 
 from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
@@ -23,6 +27,10 @@ from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.settings import Settings
+
+if TYPE_CHECKING:
+    from ragspine.stores.pg_chunk_store import PgChunkStore
+    from ragspine.stores.pg_libraries import PgLibraryDirectory
 
 _LIBRARY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SUFFIX = ".sqlite"
@@ -43,12 +51,13 @@ class Library:
     """One library: its store and lazily built indexes (guarded by ``lock`` while building)."""
 
     library_id: str
-    store: ChunkStore
+    store: ChunkStore | PgChunkStore
     settings: Settings
     embedding_backend: EmbeddingBackend | None
     reranker: Reranker | None
     sparse_encoder: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    follower: ChangeFollower | None = None
     _indexes: dict[bool, NarrativeIndex] = field(default_factory=dict)
 
     @property
@@ -78,6 +87,17 @@ class Library:
                 self._indexes[lexical] = index
             return index
 
+    def built_indexes(self) -> list[NarrativeIndex]:
+        """The indexes built so far (none until the first query or write)."""
+        with self.lock:
+            return list(self._indexes.values())
+
+    def close(self) -> None:
+        """Stop following changes, then close the store."""
+        if self.follower is not None:
+            self.follower.stop()
+        self.store.close()
+
     def writer(self) -> NarrativeIndex:
         """The index used for writes (any index writes through the shared store; others sync on read)."""
         with self.lock:
@@ -86,7 +106,12 @@ class Library:
 
 
 class LibraryCatalog:
-    """Opens, creates and lists libraries under one data folder. Thread-safe."""
+    """Opens, creates and lists libraries: SQLite files under one data folder, or schemas of the PostgreSQL
+    database named by ``settings.store_dsn``. Thread-safe.
+
+    With PostgreSQL, an unreachable database raises ``BackendUnavailableError`` (DSN password redacted),
+    here and from ``ids``/``get``; a DSN that does not parse raises ``ValueError``.
+    """
 
     def __init__(
         self,
@@ -96,12 +121,6 @@ class LibraryCatalog:
         reranker: Reranker | None = None,
         sparse_encoder: Any = None,
     ) -> None:
-        if settings.store_dsn:
-            # The PostgreSQL store of record is a separate component; refuse clearly rather than fall back.
-            raise BackendUnavailableError(
-                "store_dsn is set but this build has no PostgreSQL chunk store; unset RAGSPINE_STORE_DSN "
-                "to use SQLite under data_dir"
-            )
         self.settings = settings
         self.root = Path(settings.data_dir) / "libraries"
         self.embedding_backend = embedding_backend
@@ -109,12 +128,26 @@ class LibraryCatalog:
         self.sparse_encoder = sparse_encoder
         self._libraries: dict[str, Library] = {}
         self._lock = threading.Lock()
+        self._directory: PgLibraryDirectory | None = None
+        if settings.store_dsn.strip():
+            self._directory = _open_directory(settings.store_dsn.strip())
+
+    @property
+    def on_postgres(self) -> bool:
+        """True when libraries live in PostgreSQL (``settings.store_dsn``), False for SQLite files."""
+        return self._directory is not None
 
     def _path(self, library_id: str) -> Path:
         return self.root / f"{check_library_id(library_id)}{_SUFFIX}"
 
     def on_disk(self) -> list[str]:
-        """Library ids that exist in the data folder, sorted."""
+        """Library ids that exist in the store of record (data folder or database), sorted."""
+        if self._directory is not None:
+            directory = self._directory
+            # Only ids a request could name: a foreign schema comment must not break ListLibraries.
+            return [
+                i for i in _unavailable_on_error(self.settings, directory.list_ids) if _LIBRARY_ID.match(i)
+            ]
         if not self.root.is_dir():
             return []
         return sorted(
@@ -128,7 +161,10 @@ class LibraryCatalog:
         return sorted(opened | set(self.on_disk()))
 
     def get(self, library_id: str, *, create: bool = False) -> Library:
-        """The library, opened on first use. Raises ``NotFoundError`` unless it exists or ``create``."""
+        """The library, opened on first use. Raises ``NotFoundError`` unless it exists or ``create``,
+        ``ValueError`` for an invalid id, ``BackendUnavailableError`` when the database is unreachable."""
+        if self._directory is not None:
+            return self._get_pg(self._directory, check_library_id(library_id), create)
         path = self._path(library_id)
         with self._lock:
             library = self._libraries.get(library_id)
@@ -143,6 +179,27 @@ class LibraryCatalog:
             self._libraries[library_id] = library
             return library
 
+    def _get_pg(self, directory: PgLibraryDirectory, library_id: str, create: bool) -> Library:
+        # The catalog lock is held while opening so two requests never open the same library twice.
+        with self._lock:
+            library = self._libraries.get(library_id)
+            if library is not None:
+                return library
+            store = _unavailable_on_error(self.settings, lambda: directory.open(library_id, create=create))
+            if store is None:
+                raise NotFoundError(f"library {library_id!r} does not exist; ingest into it first")
+            library = Library(
+                library_id,
+                store,
+                self.settings,
+                self.embedding_backend,
+                self.reranker,
+                self.sparse_encoder,
+            )
+            library.follower = ChangeFollower(store, library.built_indexes, name=library_id).start()
+            self._libraries[library_id] = library
+            return library
+
     def load_all(self) -> int:
         """Open every library on disk and build its configured index; returns how many were loaded."""
         ids = self.on_disk()
@@ -151,10 +208,59 @@ class LibraryCatalog:
         return len(ids)
 
     def close(self) -> None:
+        """Stop following changes and close every store (and the database directory); safe to call twice."""
         with self._lock:
-            for library in self._libraries.values():
-                library.store.close()
+            libraries = list(self._libraries.values())
             self._libraries.clear()
+        for library in libraries:
+            library.close()
+        if self._directory is not None:
+            self._directory.close()
 
     def describe(self) -> dict[str, Any]:
+        if self._directory is not None:
+            return {"store": redact_dsn(self.settings.store_dsn), "libraries": self.ids()}
         return {"root": str(self.root), "libraries": self.ids()}
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` without its password (see ``ragspine.stores.pg_chunk_store.redact_dsn``)."""
+    from ragspine.stores.pg_chunk_store import redact_dsn as redact
+
+    return redact(dsn)
+
+
+def _open_directory(dsn: str) -> PgLibraryDirectory:
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        from ragspine.stores.pg_libraries import PgLibraryDirectory
+    except ModuleNotFoundError:
+        raise BackendUnavailableError(
+            "store_dsn is set but the [postgres] extra is not installed: pip install 'ragspine[postgres]', "
+            "or unset RAGSPINE_STORE_DSN to use SQLite under data_dir"
+        ) from None
+    try:
+        conninfo_to_dict(dsn)
+    except Exception:
+        # The parser's message may quote the DSN, password included: say only where to look.
+        raise ValueError(
+            "RAGSPINE_STORE_DSN is not a valid PostgreSQL DSN; use postgresql://user:password@host:5432/db"
+        ) from None
+    try:
+        return PgLibraryDirectory(dsn)
+    except ValueError as exc:
+        # Its message already names the DSN redacted.
+        raise BackendUnavailableError(str(exc)) from None
+
+
+def _unavailable_on_error(settings: Settings, call: Any) -> Any:
+    """``call()``, with database errors turned into ``BackendUnavailableError``."""
+    import psycopg
+
+    try:
+        return call()
+    except psycopg.Error as exc:
+        raise BackendUnavailableError(
+            f"the library database ({redact_dsn(settings.store_dsn)}) is unavailable: {exc}"
+        ) from None
