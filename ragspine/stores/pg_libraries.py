@@ -31,9 +31,11 @@ _UNSAFE = re.compile(r"[^a-z0-9_]")
 _LIST = (
     "SELECT n.nspname, d.description FROM pg_namespace n"
     " JOIN pg_description d ON d.objoid = n.oid AND d.classoid = 'pg_namespace'::regclass AND d.objsubid = 0"
-    " WHERE n.nspname LIKE %s"
-    " AND to_regclass(quote_ident(n.nspname) || '.narrative_chunk') IS NOT NULL"
+    " WHERE to_regclass(quote_ident(n.nspname) || '.narrative_chunk') IS NOT NULL AND "
 )
+# '_' is a LIKE wildcard: escaped for the prefix scan; one schema is looked up by equality.
+_ALL = _LIST + r"n.nspname LIKE 'lib\_%'"
+_ONE = _LIST + "n.nspname = %s"
 
 
 def library_schema(library_id: str) -> str:
@@ -101,7 +103,7 @@ class PgLibraryDirectory:
         """Ids of every library in the database, sorted. Schemas whose comment does not map back to the
         schema's own name (not made by this directory) are ignored."""
         with self._lock:
-            rows = self._connection().execute(_LIST, (SCHEMA_PREFIX.replace("_", r"\_") + "%",)).fetchall()
+            rows = self._connection().execute(_ALL).fetchall()
         return sorted(desc for name, desc in rows if desc and library_schema(desc) == name)
 
     def exists(self, library_id: str) -> bool:
@@ -110,7 +112,7 @@ class PgLibraryDirectory:
 
     def _registered(self, schema: str) -> set[str]:
         with self._lock:
-            rows = self._connection().execute(_LIST, (schema,)).fetchall()
+            rows = self._connection().execute(_ONE, (schema,)).fetchall()
         return {desc for _, desc in rows if desc}
 
     def open(self, library_id: str, *, create: bool = False) -> PgChunkStore | None:

@@ -169,6 +169,19 @@ def test_directory_creates_lists_and_finds_libraries_by_their_exact_ids(db_dsn: 
         directory.close()
 
 
+def test_ids_whose_schemas_differ_only_where_like_would_match_coexist(db_dsn: str) -> None:
+    # '_' matches any character in LIKE: lib_a_b must not be mistaken for lib_a1b.
+    directory = PgLibraryDirectory(db_dsn)
+    try:
+        for library_id in ("a1b", "a_b"):
+            store = directory.open(library_id, create=True)
+            assert store is not None
+            store.close()
+        assert directory.list_ids() == ["a1b", "a_b"]
+    finally:
+        directory.close()
+
+
 def test_a_schema_owned_by_another_id_is_refused(db_dsn: str) -> None:
     directory = PgLibraryDirectory(db_dsn)
     try:
