@@ -53,4 +53,18 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     for kind, code in _TABLE:
         if isinstance(exc, kind):
             return code, str(exc) or kind.__name__
+    if _is_store_connection_error(exc):
+        return grpc.StatusCode.UNAVAILABLE, STORE_UNAVAILABLE_MESSAGE
     return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+
+
+STORE_UNAVAILABLE_MESSAGE = "the store of record is unreachable right now; retry shortly"
+
+
+def _is_store_connection_error(exc: BaseException) -> bool:
+    """A dropped PostgreSQL connection (psycopg's OperationalError family), matched without importing
+    psycopg so that SQLite-only installs need no driver. Its text may hold the DSN, so it is not echoed."""
+    return any(
+        cls.__name__ == "OperationalError" and cls.__module__.startswith("psycopg")
+        for cls in type(exc).__mro__
+    )

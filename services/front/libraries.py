@@ -174,7 +174,12 @@ class LibraryCatalog:
                 raise NotFoundError(f"library {library_id!r} does not exist; ingest into it first")
             path.parent.mkdir(parents=True, exist_ok=True)
             library = Library(
-                library_id, ChunkStore(path), self.settings, self.embedding_backend, self.reranker
+                library_id,
+                ChunkStore(path),
+                self.settings,
+                self.embedding_backend,
+                self.reranker,
+                self.sparse_encoder,
             )
             self._libraries[library_id] = library
             return library

@@ -74,3 +74,11 @@ def test_json_log_lines_carry_extra_fields() -> None:
     line = json.loads(JsonFormatter().format(record))
     assert line["msg"] == "rpc done" and line["rpc"] == "ragspine.v1.RetrievalService/Retrieve"
     assert line["level"] == "INFO" and line["ts"].endswith("Z")
+
+
+def test_dropped_store_connection_is_unavailable_without_the_dsn() -> None:
+    psycopg = pytest.importorskip("psycopg")
+    exc = psycopg.OperationalError("connection to postgresql://app:hunter2@db:5432/rag failed")
+    code, message = errors.status_for(exc)
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert "hunter2" not in message and "retry" in message
