@@ -80,11 +80,13 @@ def onnx_providers(device: str = "auto") -> list[str]:
 
 
 def make_onnx_session(
-    model_path: str | Path, *, device: str = "auto", threads: int | None = None
+    model_path: str | Path, *, device: str = "auto", threads: int | None = None, spin: bool = False
 ) -> OnnxSession:
     """Open an inference session on ``model_path`` and record the provider it actually got.
 
-    ``threads`` sets intra-op threads (None = onnxruntime's default, all cores). Raises ``ValueError`` when
+    ``threads`` sets intra-op threads (None = onnxruntime's default, all cores). ``spin=False`` stops idle
+    worker threads from busy-waiting between operators: on a shared or oversubscribed host spinning steals
+    the cores that the other threads (and processes) need. Raises ``ValueError`` when
     the file is missing or not a loadable ONNX model, or CUDA was required and the session fell back to CPU.
     """
     ort = require("onnxruntime")
@@ -98,6 +100,9 @@ def make_onnx_session(
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     requested = onnx_providers(device)
     try:
         session = ort.InferenceSession(str(path), sess_options=options, providers=requested)
