@@ -61,12 +61,12 @@ def apply(ops: list[tuple], index: InvertedIndex) -> dict[str, list[str]]:
     query=texts,
     allowed_keys=st.sets(keys),
     k=st.one_of(st.none(), st.integers(0, 6)),
-    cache_postings=st.sampled_from([0, 3, 1 << 20]),
+    cache_bytes=st.sampled_from([0, 64, 1 << 20]),
 )
 def test_search_equals_reference_bm25_after_any_history(
-    ops: list[tuple], query: str, allowed_keys: set[str], k: int | None, cache_postings: int
+    ops: list[tuple], query: str, allowed_keys: set[str], k: int | None, cache_bytes: int
 ) -> None:
-    index = InvertedIndex(cache_postings=cache_postings)
+    index = InvertedIndex(cache_bytes=cache_bytes)
     model = apply(ops, index)
     assert len(index) == len(model)
     assert all(key in index for key in model)
@@ -235,7 +235,7 @@ def test_a_query_string_instead_of_tokens_is_rejected() -> None:
         index.score_keys("x", ["a"])
 
 
-@pytest.mark.parametrize("kwargs", [{"k1": -1.0}, {"b": 1.5}, {"cache_postings": -1}])
+@pytest.mark.parametrize("kwargs", [{"k1": -1.0}, {"b": 1.5}, {"cache_bytes": -1}])
 def test_bad_parameters_are_rejected(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         InvertedIndex(**kwargs)
@@ -249,7 +249,7 @@ def test_custom_k1_and_b_follow_the_reference() -> None:
 
 
 def test_concurrent_searches_return_the_same_results() -> None:
-    index = InvertedIndex(cache_postings=50)
+    index = InvertedIndex(cache_bytes=2000)
     docs = {f"d{i}": tokenize(f"营收 revenue q{i % 5} 利润{'下滑' * (i % 3)}") for i in range(300)}
     index.add_many(docs.items())
     queries = [tokenize(q) for q in ("营收下滑", "revenue q3", "利润", "q1 q2 营收")]

@@ -17,8 +17,8 @@ Layout
   memory follows the live set.
 - Document frequency is never stored: ``df`` of a term is the number of its live postings, counted when
   the term is first scored after a write. Per-term BM25 contributions over the whole live corpus are
-  cached (float64, bounded by ``cache_postings``) and the cache is dropped on every write, because N
-  and avgdl move with every change.
+  cached (float64, least recently used out first beyond ``cache_bytes``) and the cache is dropped
+  on every write, because N and avgdl move with every change.
 - A query concatenates its terms' (slot, contribution) arrays, sums them with ``np.bincount`` into one
   float64 score per slot, selects the top k with ``argpartition`` and orders the winners by
   ``(-score, key)``.
@@ -50,7 +50,7 @@ from ragspine.retrieval.lexical.bm25 import validate_bm25_params
 # Token budget of one indexing batch inside add_many: bounds the transient numpy arrays (~50 bytes
 # per token) while keeping batches large enough for vectorised work to dominate.
 _BATCH_TOKENS = 1 << 21
-_DEFAULT_CACHE_POSTINGS = 1 << 23  # ~8M cached postings, ~14 bytes each
+_DEFAULT_CACHE_BYTES = 256 << 20
 _MERGE_SLICE = 1 << 22  # postings per slice while merging segments
 
 
@@ -73,17 +73,17 @@ class _Segment:
 
 
 class _TermPostings(NamedTuple):
-    """Live postings of one term across all segments plus their full-corpus BM25 contributions.
+    """Live postings of one term with their BM25 contributions over the whole live corpus.
 
-    ``dense`` holds the same contributions spread over every slot (zeros elsewhere) for terms found in
-    a large share of the documents: adding one contiguous vector is much cheaper than scattering them.
+    Terms found in a large share of the documents keep their contributions as one ``dense`` vector
+    over every slot (zeros elsewhere), since adding a contiguous vector is much cheaper than
+    scattering; ``contrib`` is then None. Rarer terms keep ``contrib`` aligned with ``slots``.
     """
 
-    slots: np.ndarray  # (df,) int32
-    tf: np.ndarray  # (df,) float64
-    contrib: np.ndarray  # (df,) float64
-    dense: np.ndarray | None  # (capacity,) float64, or None for rarer terms
-    size: int  # cache cost in postings (df, plus capacity when dense)
+    slots: np.ndarray  # (df,) int32, distinct
+    contrib: np.ndarray | None  # (df,) float64, or None when dense
+    dense: np.ndarray | None  # (capacity,) float64, or None
+    nbytes: int  # what the entry holds, for the cache budget
 
 
 def _compact_tf(tf: np.ndarray) -> np.ndarray:
@@ -237,7 +237,9 @@ class InvertedIndex:
     the same ``k1``/``b`` and the same query-term rule, up to float64 summation order (about 1e-15
     relative). Results are ordered by ``(-score, key)``, so ties are deterministic.
 
-    Raises ``ValueError`` when ``k1 < 0``, ``b`` is outside ``[0, 1]`` or ``cache_postings < 0``.
+    ``cache_bytes`` bounds the per-term contribution cache (default 256 MiB; 0 disables it).
+
+    Raises ``ValueError`` when ``k1 < 0``, ``b`` is outside ``[0, 1]`` or ``cache_bytes < 0``.
     """
 
     def __init__(
@@ -245,14 +247,14 @@ class InvertedIndex:
         *,
         k1: float = DEFAULT_BM25_K1,
         b: float = DEFAULT_BM25_B,
-        cache_postings: int = _DEFAULT_CACHE_POSTINGS,
+        cache_bytes: int = _DEFAULT_CACHE_BYTES,
     ) -> None:
         validate_bm25_params(k1, b)
-        if not isinstance(cache_postings, int) or cache_postings < 0:
-            raise ValueError(f"cache_postings must be an integer >= 0, got {cache_postings!r}")
+        if not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be an integer >= 0, got {cache_bytes!r}")
         self._k1 = float(k1)
         self._b = float(b)
-        self._cache_limit = cache_postings
+        self._cache_limit = cache_bytes
         self._vocab: dict[str, int] = {}
         self._slot_of: dict[str, int] = {}
         self._n_slots = 0
@@ -557,6 +559,7 @@ class InvertedIndex:
             postings = entries.get(token)
             if postings is None or not postings.slots.shape[0]:
                 continue
+            term_slots.append(postings.slots)
             if postings.dense is not None:
                 if dense_sum is None:
                     dense_sum = postings.dense * count
@@ -564,10 +567,9 @@ class InvertedIndex:
                     dense_sum += postings.dense
                 else:
                     dense_sum += postings.dense * count
-            else:
+            elif postings.contrib is not None:
                 slots_parts.append(postings.slots)
                 weight_parts.append(postings.contrib if count == 1 else postings.contrib * count)
-            term_slots.append(postings.slots)
         if not slots_parts:
             return None if dense_sum is None else (dense_sum, term_slots)
         scores = self._accumulate(slots_parts, weight_parts)
@@ -576,32 +578,35 @@ class InvertedIndex:
         return scores, term_slots
 
     def _subset_scores(self, counts: Counter[str], allowed: np.ndarray) -> _Scored | None:
-        """Scores with N, avgdl and df taken over the allowed live documents only."""
+        """Scores with N, avgdl and df taken over the allowed live documents only (never cached)."""
         n_slots = self._n_slots
         subset = allowed & self._alive[:n_slots]
         n_sub = int(np.count_nonzero(subset))
         if n_sub == 0:
             return None
         avgdl = int(self._doclen[:n_slots][subset].sum()) / n_sub
-        entries = self._term_postings(counts)
-        slots_parts: list[np.ndarray] = []
-        weight_parts: list[np.ndarray] = []
-        for token, count in counts.items():
-            postings = entries.get(token)
-            if postings is None:
-                continue
-            keep = subset[postings.slots]
-            df = int(np.count_nonzero(keep))
-            if df == 0:
-                continue
-            slots = postings.slots[keep]
-            norm = _length_norm(self._doclen[slots], avgdl, self._k1, self._b)
-            weights = _bm25_weights(postings.tf[keep], norm, _idf(df, n_sub), self._k1)
-            slots_parts.append(slots)
-            weight_parts.append(weights if count == 1 else weights * count)
-        if not slots_parts:
+        vocab = self._vocab
+        known = [(vocab[token], count) for token, count in counts.items() if token in vocab]
+        if not known:
             return None
-        return self._accumulate(slots_parts, weight_parts), slots_parts
+        slots, tf, lengths = self._gather([term for term, _ in known])
+        keep = subset[slots]
+        owner = np.repeat(np.arange(len(known)), lengths)[keep]
+        dfs = np.bincount(owner, minlength=len(known))
+        slots, tf = slots[keep], tf[keep]
+        if not slots.shape[0]:
+            return None
+        # Per posting: idf of its term over the subset, times how often the term occurs in the query.
+        idf = np.repeat([_idf(df, n_sub) if df else 0.0 for df in dfs.tolist()], dfs)
+        norm = _length_norm(self._doclen[slots], avgdl, self._k1, self._b)
+        weights = _bm25_weights(tf, norm, idf, self._k1)
+        repeats = np.repeat([count for _, count in known], dfs)
+        if (repeats != 1).any():
+            weights *= repeats
+        bounds = np.cumsum(dfs).tolist()
+        term_slots = [slots[lo:hi] for lo, hi in zip([0, *bounds[:-1]], bounds, strict=True) if hi > lo]
+        scores = np.bincount(slots, weights=weights, minlength=n_slots).astype(np.float64, copy=False)
+        return scores, term_slots
 
     def _accumulate(self, slots_parts: list[np.ndarray], weight_parts: list[np.ndarray]) -> np.ndarray:
         n_slots = self._n_slots
@@ -623,11 +628,44 @@ class InvertedIndex:
             self._norm = norm  # concurrent readers may both compute it; they store equal arrays
         return norm
 
-    def _term_postings(self, tokens: Iterable[str]) -> dict[str, _TermPostings]:
-        """Postings with full-corpus contributions for every known token, computed together if missing.
+    def _gather(self, term_ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Live postings of the given terms, concatenated in term order, from every segment.
 
-        Cached entries are reused; the missing ones are gathered from every segment and weighted in one
-        vectorised pass (one gather, one formula evaluation for the whole query), then cached.
+        Returns ``(slots int32, tf float64, postings per term int64)``.
+        """
+        wanted = np.asarray(term_ids, dtype=np.int64)
+        slot_parts: list[list[np.ndarray]] = [[] for _ in term_ids]
+        tf_parts: list[list[np.ndarray]] = [[] for _ in term_ids]
+        for seg in self._segments:
+            if not seg.terms.shape[0]:
+                continue
+            rows = np.minimum(seg.terms.searchsorted(wanted), seg.terms.shape[0] - 1)
+            starts, ends = seg.indptr[rows].tolist(), seg.indptr[rows + 1].tolist()
+            for j in np.flatnonzero(seg.terms[rows] == wanted).tolist():
+                slot_parts[j].append(seg.slots[starts[j] : ends[j]])
+                tf_parts[j].append(seg.tf[starts[j] : ends[j]])
+        lengths = np.fromiter(
+            (sum(part.shape[0] for part in parts) for parts in slot_parts),
+            dtype=np.int64,
+            count=len(term_ids),
+        )
+        flat_slots = [part for parts in slot_parts for part in parts]
+        if not flat_slots:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64), lengths
+        slots = np.concatenate(flat_slots)
+        tf = np.concatenate([part for parts in tf_parts for part in parts]).astype(np.float64)
+        if self._n_live != self._n_slots:  # dead postings may remain until the next merge
+            keep = self._alive[slots]
+            if not keep.all():
+                owner = np.repeat(np.arange(len(term_ids)), lengths)
+                lengths = np.bincount(owner[keep], minlength=len(term_ids))
+                slots, tf = slots[keep], tf[keep]
+        return slots, tf, lengths
+
+    def _term_postings(self, tokens: Iterable[str]) -> dict[str, _TermPostings]:
+        """Full-corpus postings and contributions of every known token, cached ones reused.
+
+        The missing terms are gathered and weighted together in one vectorised pass, then cached.
         """
         cache = self._cache
         found: dict[str, _TermPostings] = {}
@@ -641,33 +679,11 @@ class InvertedIndex:
                 term = vocab.get(token)
                 if term is not None:
                     missing.append((token, term))
-        if not missing or self._n_live == 0:
+        if found:
+            self._touch(cache, found)
+        if not missing:
             return found
-        term_ids = np.fromiter((term for _, term in missing), dtype=np.int64, count=len(missing))
-        slot_parts: list[list[np.ndarray]] = [[] for _ in missing]
-        tf_parts: list[list[np.ndarray]] = [[] for _ in missing]
-        for seg in self._segments:
-            if not seg.terms.shape[0]:
-                continue
-            rows = np.minimum(seg.terms.searchsorted(term_ids), seg.terms.shape[0] - 1)
-            starts, ends = seg.indptr[rows].tolist(), seg.indptr[rows + 1].tolist()
-            for j in np.flatnonzero(seg.terms[rows] == term_ids).tolist():
-                slot_parts[j].append(seg.slots[starts[j] : ends[j]])
-                tf_parts[j].append(seg.tf[starts[j] : ends[j]])
-        flat_slots = [part for parts in slot_parts for part in parts]
-        if not flat_slots:
-            return found
-        slots = np.concatenate(flat_slots)
-        tf = np.concatenate([part for parts in tf_parts for part in parts]).astype(np.float64)
-        lengths = np.zeros(len(missing), dtype=np.int64)  # postings per term, dead ones included
-        for j, parts in enumerate(slot_parts):
-            lengths[j] = sum(part.shape[0] for part in parts)
-        if self._n_live != self._n_slots:  # dead postings may remain until the next merge
-            keep = self._alive[slots]
-            if not keep.all():
-                owner = np.repeat(np.arange(len(missing)), lengths)
-                lengths = np.bincount(owner[keep], minlength=len(missing))
-                slots, tf = slots[keep], tf[keep]
+        slots, tf, lengths = self._gather([term for _, term in missing])
         dfs = lengths.tolist()
         n_live = self._n_live
         idf = np.repeat([_idf(df, n_live) if df else 0.0 for df in dfs], lengths)
@@ -678,27 +694,40 @@ class InvertedIndex:
         for (token, _), df in zip(missing, dfs, strict=True):
             window = slice(offset, offset + df)
             offset += df
-            dense = None
             if df and df >= _DENSE_SHARE * n_slots:
                 dense = np.zeros(n_slots, dtype=np.float64)
                 dense[slots[window]] = contrib[window]
-            size = df + (n_slots if dense is not None else 0)
-            fresh[token] = _TermPostings(slots[window], tf[window], contrib[window], dense, size)
+                term_slots = slots[window].copy()  # own copy: the shared buffer is not kept alive
+                fresh[token] = _TermPostings(term_slots, None, dense, term_slots.nbytes + dense.nbytes)
+            else:
+                term_slots, term_contrib = slots[window].copy(), contrib[window].copy()
+                fresh[token] = _TermPostings(
+                    term_slots, term_contrib, None, term_slots.nbytes + term_contrib.nbytes
+                )
         self._remember(cache, fresh)
         found.update(fresh)
         return found
 
+    def _touch(self, cache: dict[str, _TermPostings], used: dict[str, _TermPostings]) -> None:
+        """Mark cache entries as just used (the cache evicts least recently used entries first)."""
+        with self._cache_lock:
+            if cache is self._cache:
+                for token in used:
+                    entry = cache.pop(token, None)
+                    if entry is not None:
+                        cache[token] = entry
+
     def _remember(self, cache: dict[str, _TermPostings], fresh: dict[str, _TermPostings]) -> None:
-        """Add entries to the cache, evicting the oldest ones beyond ``cache_postings``."""
+        """Add entries to the cache, evicting the least recently used ones beyond ``cache_bytes``."""
         with self._cache_lock:
             if cache is not self._cache:  # a write invalidated it meanwhile
                 return
             for token, entry in fresh.items():
-                if entry.size > self._cache_limit:
+                if entry.nbytes > self._cache_limit:
                     continue
-                self._cache_size += entry.size
+                self._cache_size += entry.nbytes
                 while self._cache_size > self._cache_limit and cache:
-                    self._cache_size -= cache.pop(next(iter(cache))).size
+                    self._cache_size -= cache.pop(next(iter(cache))).nbytes
                 cache[token] = entry
 
     def _top(
