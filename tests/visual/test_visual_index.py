@@ -222,3 +222,23 @@ def test_reindexing_a_page_replaces_its_vectors(word_encoder) -> None:
     assert index.search("goodwill impairment", k=1)[0].locator == "pub#page=5"
     (after,) = index.search("risk factors litigation", k=6, allowed={"pub#page=5"})
     assert after.score < 1.5  # no exact word left on the page
+
+
+def test_exact_ties_rank_by_locator_in_full_and_filtered_search(word_encoder) -> None:
+    index = VisualPageIndex(VisualPageStore(":memory:"), word_encoder)
+    index.add_pages([PageRecord(d, 1, image="net income table") for d in ("c", "a", "b")])
+    index.add_pages([PageRecord("z", 1, image="net income")])
+    full = index.search("net income", k=4)
+    assert [lead.doc_id for lead in full] == ["a", "b", "c", "z"]
+    assert full[0].score == full[1].score == full[2].score
+    assert index.search("net income", k=4, allowed={"c#page=1", "b#page=1"}) == full[1:3]
+
+
+def test_float32_cache_ranks_identically(word_encoder) -> None:
+    store = VisualPageStore(":memory:")
+    half = VisualPageIndex(store, word_encoder)
+    half.add_pages(_public_pages())
+    full = VisualPageIndex(store, word_encoder, cache_dtype="float32")
+    assert full.search("revenue growth", k=6) == half.search("revenue growth", k=6)
+    with pytest.raises(ValueError, match="cache_dtype"):
+        VisualPageIndex(store, word_encoder, cache_dtype="int8")

@@ -142,6 +142,9 @@ def maxsim_scores(
     if name == "auto":
         name = "cuda" if _cuda_available() else "cpu"
     if name == "cpu":
+        # numpy scores every page with its own small matmul, so a page's score does not depend on which
+        # other pages share the batch: ties stay exact and a filtered search ranks exactly like the full
+        # one. (torch's CPU GEMM differs by an ulp with a vector's position, which can flip exact ties.)
         return _numpy_scores(query, pages, mask, batch_pages)
     if not name.startswith("cuda"):
         raise ValueError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")
