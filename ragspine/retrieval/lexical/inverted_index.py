@@ -19,9 +19,10 @@ Layout
   the term is first scored after a write. Per-term BM25 contributions over the whole live corpus are
   cached (float64, least recently used out first beyond ``cache_bytes``) and the cache is dropped
   on every write, because N and avgdl move with every change.
-- A query concatenates its terms' (slot, contribution) arrays, sums them with ``np.bincount`` into one
-  float64 score per slot, selects the top k with ``argpartition`` and orders the winners by
-  ``(-score, key)``.
+- A query adds its common terms' dense vectors and its rarer terms' (slot, contribution) arrays (one
+  ``np.bincount``) into one float64 score per slot. For the top k it first takes a safe lower bound
+  on the k-th best score from one term's documents, keeps the slots above it and orders the winners
+  by ``(-score, key)``.
 
 Query-term rule: every occurrence in the query counts (the same rule as ``bm25_scores``): a term that
 appears twice contributes twice.
@@ -34,7 +35,6 @@ are valid until the next write: a write may renumber slots, so build masks after
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ragspine.retrieval.constants import DEFAULT_BM25_B, DEFAULT_BM25_K1
-from ragspine.retrieval.lexical.bm25 import validate_bm25_params
+from ragspine.retrieval.lexical.bm25 import bm25_idf, validate_bm25_params
 
 # Token budget of one indexing batch inside add_many: bounds the transient numpy arrays (~50 bytes
 # per token) while keeping batches large enough for vectorised work to dominate.
@@ -217,10 +217,6 @@ def _bm25_weights(tf: np.ndarray, norm: np.ndarray, idf: float | np.ndarray, k1:
     norm += tf
     weights /= norm
     return weights
-
-
-def _idf(df: int, n_docs: int) -> float:
-    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
 
 # A query's scores: one float64 per slot, and the slots each matched term touches (distinct per term).
@@ -597,7 +593,7 @@ class InvertedIndex:
         if not slots.shape[0]:
             return None
         # Per posting: idf of its term over the subset, times how often the term occurs in the query.
-        idf = np.repeat([_idf(df, n_sub) if df else 0.0 for df in dfs.tolist()], dfs)
+        idf = np.repeat([bm25_idf(df, n_sub) if df else 0.0 for df in dfs.tolist()], dfs)
         norm = _length_norm(self._doclen[slots], avgdl, self._k1, self._b)
         weights = _bm25_weights(tf, norm, idf, self._k1)
         repeats = np.repeat([count for _, count in known], dfs)
@@ -624,7 +620,11 @@ class InvertedIndex:
         norm = self._norm
         if norm is None:
             n_slots = self._n_slots
-            norm = _length_norm(self._doclen[:n_slots], self._total_len / self._n_live, self._k1, self._b)
+            if self._total_len == 0:  # only empty documents: no posting will ever read a norm
+                norm = np.zeros(n_slots, dtype=np.float64)
+            else:
+                avgdl = self._total_len / self._n_live
+                norm = _length_norm(self._doclen[:n_slots], avgdl, self._k1, self._b)
             self._norm = norm  # concurrent readers may both compute it; they store equal arrays
         return norm
 
@@ -686,7 +686,7 @@ class InvertedIndex:
         slots, tf, lengths = self._gather([term for _, term in missing])
         dfs = lengths.tolist()
         n_live = self._n_live
-        idf = np.repeat([_idf(df, n_live) if df else 0.0 for df in dfs], lengths)
+        idf = np.repeat([bm25_idf(df, n_live) if df else 0.0 for df in dfs], lengths)
         contrib = _bm25_weights(tf, self._full_norm()[slots], idf, self._k1)
         n_slots = self._n_slots
         offset = 0
