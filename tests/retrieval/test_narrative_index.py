@@ -164,3 +164,22 @@ def test_dense_channel_scores_are_exact_cosines(tmp_path: Path) -> None:
     index.ingest("battery battery supplier", DocumentMeta("new"))
     check(index.retrieve(query, top_k=40), expect_missing=docs[0][1].doc_id)
     assert "new" in {r.chunk.doc_id for r in index.retrieve(query, top_k=40)}
+
+
+def test_warm_embeds_everything_before_queries(tmp_path: Path) -> None:
+    from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
+
+    class Counting(DeterministicEmbeddingBackend):
+        texts = 0
+
+        def embed_texts(self, texts: list[str]) -> list[list[float]]:
+            Counting.texts += len(texts)
+            return super().embed_texts(texts)
+
+    index = NarrativeIndex(_store(tmp_path / "w.db"), embedding_backend=Counting())
+    index.ingest_many([("cash dividend", DocumentMeta("a")), ("tariff outlook", DocumentMeta("b"))])
+    assert Counting.texts == 0  # lazy until asked
+    index.warm()
+    assert Counting.texts == 2
+    index.retrieve("dividend")
+    assert Counting.texts == 3  # only the query itself

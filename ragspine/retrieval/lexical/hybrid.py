@@ -349,23 +349,9 @@ class HybridRetriever:
         allowed = None if candidates is None else self._sparse.mask(candidates)
         return self._sparse.search(qweights, k, allowed=allowed)
 
-    def _dense_matrix(self) -> tuple[np.ndarray, dict[str, int]]:
-        """Unit-normalised float64 matrix of every cached chunk vector and chunk_id → row; rebuilt only
-        after the indexed chunks or their vectors changed."""
-        if self._dense is None:
-            ids = [cid for cid in self._chunks if cid in self._vectors]
-            matrix = np.asarray([self._vectors[cid] for cid in ids], dtype=np.float64).reshape(len(ids), -1)
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            matrix /= np.where(norms == 0.0, 1.0, norms)
-            self._dense_ids = ids
-            self._dense = (matrix, {cid: i for i, cid in enumerate(ids)})
-        return self._dense
-
-    def _vector_ranking(self, query: str, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
+    def _ensure_vectors(self, pool: list[str]) -> None:
+        """Embed (and cache) every chunk of ``pool`` that has no vector yet, in one backend call."""
         assert self.embedding_backend is not None
-        pool = list(self._chunks) if candidates is None else candidates
-        if not pool:
-            return []
         missing = [cid for cid in pool if cid not in self._vectors]
         if missing:
             texts = [self.index_text(self._chunks[cid]) for cid in missing]
@@ -384,6 +370,35 @@ class HybridRetriever:
                         for cid, vec in zip(missing, vectors, strict=True)
                     ]
                 )
+
+    def warm(self) -> None:
+        """Compute every indexed chunk's vector and sparse encoding now rather than on the first query.
+
+        Raises what the backend raises (the chunks stay indexed; queries retry the missing ones)."""
+        with self._lock:
+            if self.embedding_backend is not None:
+                self._ensure_vectors(list(self._chunks))
+            if self.sparse_encoder is not None:
+                self._encode_pending_sparse()
+
+    def _dense_matrix(self) -> tuple[np.ndarray, dict[str, int]]:
+        """Unit-normalised float64 matrix of every cached chunk vector and chunk_id → row; rebuilt only
+        after the indexed chunks or their vectors changed."""
+        if self._dense is None:
+            ids = [cid for cid in self._chunks if cid in self._vectors]
+            matrix = np.asarray([self._vectors[cid] for cid in ids], dtype=np.float64).reshape(len(ids), -1)
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            matrix /= np.where(norms == 0.0, 1.0, norms)
+            self._dense_ids = ids
+            self._dense = (matrix, {cid: i for i, cid in enumerate(ids)})
+        return self._dense
+
+    def _vector_ranking(self, query: str, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
+        assert self.embedding_backend is not None
+        pool = list(self._chunks) if candidates is None else candidates
+        if not pool:
+            return []
+        self._ensure_vectors(pool)
         embed_queries = getattr(self.embedding_backend, "embed_queries", None)
         qvec = (embed_queries or self.embedding_backend.embed_texts)([query])[0]
         q = np.asarray(qvec, dtype=np.float64)

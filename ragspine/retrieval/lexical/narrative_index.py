@@ -163,6 +163,11 @@ class NarrativeIndex:
         self.sync()
         return known
 
+    def warm(self) -> None:
+        """Bring the index up to date and compute all chunk vectors / sparse encodings ahead of queries."""
+        self.sync()
+        self.retriever.warm()
+
     def sync(self) -> int:
         """Apply every store change committed since the last sync; returns the number of documents updated."""
         if self.store.change_seq() == self._seq:
