@@ -11,6 +11,7 @@ catalog serves laptop mode (in-process models) and split mode (worker clients).
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from ragspine.stores.pg_chunk_store import PgChunkStore
     from ragspine.stores.pg_libraries import PgLibraryDirectory
 
+log = logging.getLogger(__name__)
 _LIBRARY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SUFFIX = ".sqlite"
 
@@ -206,10 +208,18 @@ class LibraryCatalog:
             return library
 
     def load_all(self) -> int:
-        """Open every library on disk and build its configured index; returns how many were loaded."""
+        """Open every library on disk, build its configured index and compute its chunk vectors / sparse
+        encodings (so the first queries are not the ones paying for them); returns how many were loaded.
+        A model that fails here is logged and retried lazily by queries."""
         ids = self.on_disk()
         for library_id in ids:
-            self.get(library_id).index()
+            index = self.get(library_id).index()
+            try:
+                index.warm()
+            except Exception as exc:
+                log.warning(
+                    "warming library %s failed (%s); its vectors will be computed on demand", library_id, exc
+                )
         return len(ids)
 
     def close(self) -> None:
