@@ -292,3 +292,13 @@ def test_merges_in_small_slices_keep_scores_exact(monkeypatch: pytest.MonkeyPatc
                 del model[key]
         for query in (["营", "revenue"], ["收", "收", "q3"], ["acme"]):
             assert_matches_reference(index.search(query), model, query, None)
+
+
+def test_a_single_key_string_is_not_taken_for_many_keys() -> None:
+    index = InvertedIndex()
+    index.add_many([("a", ["x"]), ("b", ["x"]), ("ab", ["x"])])
+    with pytest.raises(ValueError, match="not a single key string"):
+        index.remove_many("ab")
+    with pytest.raises(ValueError, match="not a single key string"):
+        index.mask("ab")
+    assert len(index) == 3

@@ -233,7 +233,9 @@ class InvertedIndex:
     the same ``k1``/``b`` and the same query-term rule, up to float64 summation order (about 1e-15
     relative). Results are ordered by ``(-score, key)``, so ties are deterministic.
 
-    ``cache_bytes`` bounds the per-term contribution cache (default 256 MiB; 0 disables it).
+    Memory: about 6 bytes per posting (int32 slot, uint16 tf; one posting per distinct token of a
+    document) plus roughly 100 bytes per key, and the contribution cache, which ``cache_bytes`` bounds
+    (default 256 MiB; 0 disables it). Measured: 1.13 KB per chunk at 1M mixed en/zh chunks.
 
     Raises ``ValueError`` when ``k1 < 0``, ``b`` is outside ``[0, 1]`` or ``cache_bytes < 0``.
     """
@@ -312,7 +314,10 @@ class InvertedIndex:
         """Boolean array of length ``capacity``, True at the slots of the given keys that are live.
 
         Keys not in the index are ignored, so a filter naming withdrawn documents only narrows.
+        Raises ``ValueError`` when ``keys`` is a single string.
         """
+        if isinstance(keys, str):
+            raise ValueError("mask expects an iterable of keys, not a single key string")
         out = np.zeros(self._n_slots, dtype=bool)
         slot_of = self._slot_of
         slots = [slot_of[k] for k in keys if k in slot_of]
@@ -375,7 +380,12 @@ class InvertedIndex:
         return self.remove_many([key]) == 1
 
     def remove_many(self, keys: Iterable[str]) -> int:
-        """Withdraw every given key that is present; returns how many were removed."""
+        """Withdraw every given key that is present; returns how many were removed.
+
+        Raises ``ValueError`` (and removes nothing) when ``keys`` is a single string.
+        """
+        if isinstance(keys, str):
+            raise ValueError("remove_many expects an iterable of keys, not a single key string")
         removed = sum(1 for key in keys if self._kill(key))
         if removed:
             self._after_write()
@@ -497,7 +507,8 @@ class InvertedIndex:
         ``k`` caps the number of results (``None`` = every matching document). With ``allowed`` (a bool
         array of length ``capacity``, e.g. from ``mask``), N, avgdl and df are computed over the allowed
         live documents only, so the scores equal ``bm25_scores`` over exactly that subset; without it
-        they are over all live documents.
+        they are over all live documents. Filtered queries are not cached: each gathers its terms'
+        postings afresh (cost proportional to those postings plus one pass over the mask).
 
         Raises ``ValueError`` when ``k`` is negative or not an int, when ``query_tokens`` is a string,
         or when ``allowed`` is not a bool array of length ``capacity``.
