@@ -94,7 +94,7 @@ def _worker(engine: str, n_chunks: int, n_queries: int, seed: int, clock: str) -
         for q in queries:
             index.search(q, TOP)
         warm = now()
-        row["postings"] = sum(seg.nnz for seg in index._segments)
+        row["postings"] = index.posting_count
         row["cold_qps"] = round(len(queries) / (cold - built), 1)
         row["qps"] = round(len(queries) / (warm - cold), 1)
     else:

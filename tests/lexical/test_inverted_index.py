@@ -157,6 +157,7 @@ def test_withdrawing_most_documents_compacts_slots_and_keeps_scores() -> None:
     assert index.remove_many(gone) == len(gone)
     live = {key: docs[key] for key in docs if key not in gone}
     assert index.capacity < 200  # dead slots were reclaimed
+    assert index.posting_count == sum(len(set(tokens)) for tokens in live.values())
     assert_matches_reference(index.search(["common", "t3"]), live, ["common", "t3"], None)
     for key in live:
         assert index.key(index.slot(key)) == key

@@ -291,6 +291,11 @@ class InvertedIndex:
         return self._n_slots
 
     @property
+    def posting_count(self) -> int:
+        """Postings held in memory (one per distinct token per document; dead ones until merged away)."""
+        return sum(seg.nnz for seg in self._segments)
+
+    @property
     def vocabulary_size(self) -> int:
         """Number of distinct terms ever indexed (terms are not forgotten when documents go)."""
         return len(self._vocab)
