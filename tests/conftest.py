@@ -18,6 +18,7 @@ def shared_data() -> Path:
         if os.environ.get("CI"):
             pytest.fail(f"CI needs the evaluation data at {SHARED_DATA}; nothing may skip in CI")
         pytest.skip(
-            f"evaluation data not found at {SHARED_DATA} (set RAGSPINE_SHARED_DATA or place shared/data beside the repo)"
+            f"evaluation data not found at {SHARED_DATA} "
+            "(set RAGSPINE_SHARED_DATA or place shared/data beside the repo)"
         )
     return SHARED_DATA
