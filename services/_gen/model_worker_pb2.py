@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from ragspine.services._gen import common_pb2 as ragspine_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eragspine/v1/model_worker.proto\x12\x0bragspine.v1\x1a\x18ragspine/v1/common.proto\"C\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.ragspine.v1.EmbedKind\"\x1d\n\x0b\x44\x65nseVector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"p\n\rEmbedResponse\x12)\n\x07vectors\x18\x01 \x03(\x0b\x32\x18.ragspine.v1.DenseVector\x12\r\n\x05model\x18\x02 \x01(\t\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.ragspine.v1.Timings\"$\n\x13\x45ncodeSparseRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"w\n\x0cSparseVector\x12\x37\n\x07weights\x18\x01 \x03(\x0b\x32&.ragspine.v1.SparseVector.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"x\n\x14\x45ncodeSparseResponse\x12*\n\x07vectors\x18\x01 \x03(\x0b\x32\x19.ragspine.v1.SparseVector\x12\r\n\x05model\x18\x02 \x01(\t\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.ragspine.v1.Timings\"?\n\rRerankRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\r\n\x05texts\x18\x02 \x03(\t\x12\x10\n\x08reranker\x18\x03 \x01(\t\"V\n\x0eRerankResponse\x12\x0e\n\x06scores\x18\x01 \x03(\x02\x12\r\n\x05model\x18\x02 \x01(\t\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.ragspine.v1.Timings\"<\n\x14SplitSemanticRequest\x12\x11\n\tsentences\x18\x01 \x03(\t\x12\x11\n\tthreshold\x18\x02 \x01(\x02\"R\n\x15SplitSemanticResponse\x12\x12\n\nboundaries\x18\x01 \x03(\r\x12%\n\x07timings\x18\x02 \x01(\x0b\x32\x14.ragspine.v1.Timings\"\x1f\n\x1dModelWorkerServiceInfoRequest\"\x87\x02\n\x1eModelWorkerServiceInfoResponse\x12\x18\n\x10max_batch_tokens\x18\x01 \x01(\x05\x12\x18\n\x10max_client_batch\x18\x02 \x01(\x05\x12\x17\n\x0fmax_input_chars\x18\x03 \x01(\x05\x12\x11\n\tmax_queue\x18\x04 \x01(\x05\x12\x16\n\x0emax_concurrent\x18\x05 \x01(\x05\x12\x17\n\x0f\x65mbedding_model\x18\x06 \x01(\t\x12\x14\n\x0csparse_model\x18\x07 \x01(\t\x12\x16\n\x0ereranker_model\x18\x08 \x01(\t\x12\x15\n\rloaded_models\x18\t \x03(\t\x12\x0f\n\x07version\x18\n \x01(\t*U\n\tEmbedKind\x12\x1a\n\x16\x45MBED_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45MBED_KIND_QUERY\x10\x01\x12\x16\n\x12\x45MBED_KIND_PASSAGE\x10\x02\x32\xa5\x03\n\x12ModelWorkerService\x12>\n\x05\x45mbed\x12\x19.ragspine.v1.EmbedRequest\x1a\x1a.ragspine.v1.EmbedResponse\x12S\n\x0c\x45ncodeSparse\x12 .ragspine.v1.EncodeSparseRequest\x1a!.ragspine.v1.EncodeSparseResponse\x12\x41\n\x06Rerank\x12\x1a.ragspine.v1.RerankRequest\x1a\x1b.ragspine.v1.RerankResponse\x12V\n\rSplitSemantic\x12!.ragspine.v1.SplitSemanticRequest\x1a\".ragspine.v1.SplitSemanticResponse\x12_\n\x04Info\x12*.ragspine.v1.ModelWorkerServiceInfoRequest\x1a+.ragspine.v1.ModelWorkerServiceInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eragspine/v1/model_worker.proto\x12\x0bragspine.v1\x1a\x18ragspine/v1/common.proto\"C\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.ragspine.v1.EmbedKind\"\x1d\n\x0b\x44\x65nseVector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"p\n\rEmbedResponse\x12)\n\x07vectors\x18\x01 \x03(\x0b\x32\x18.ragspine.v1.DenseVector\x12\r\n\x05model\x18\x02 \x01(\t\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.ragspine.v1.Timings\"$\n\x13\x45ncodeSparseRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"w\n\x0cSparseVector\x12\x37\n\x07weights\x18\x01 \x03(\x0b\x32&.ragspine.v1.SparseVector.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"x\n\x14\x45ncodeSparseResponse\x12*\n\x07vectors\x18\x01 \x03(\x0b\x32\x19.ragspine.v1.SparseVector\x12\r\n\x05model\x18\x02 \x01(\t\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.ragspine.v1.Timings\"?\n\rRerankRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\r\n\x05texts\x18\x02 \x03(\t\x12\x10\n\x08reranker\x18\x03 \x01(\t\"V\n\x0eRerankResponse\x12\x0e\n\x06scores\x18\x01 \x03(\x02\x12\r\n\x05model\x18\x02 \x01(\t\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.ragspine.v1.Timings\"<\n\x14SplitSemanticRequest\x12\x11\n\tsentences\x18\x01 \x03(\t\x12\x11\n\tthreshold\x18\x02 \x01(\x02\"R\n\x15SplitSemanticResponse\x12\x12\n\nboundaries\x18\x01 \x03(\r\x12%\n\x07timings\x18\x02 \x01(\x0b\x32\x14.ragspine.v1.Timings\"_\n\x0bMultiVector\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04rows\x18\x02 \x01(\r\x12\x0b\n\x03\x64im\x18\x03 \x01(\r\x12\'\n\x05\x64type\x18\x04 \x01(\x0e\x32\x18.ragspine.v1.VectorDtype\"L\n\x11\x45mbedPagesRequest\x12\x0e\n\x06images\x18\x01 \x03(\x0c\x12\'\n\x05\x64type\x18\x02 \x01(\x0e\x32\x18.ragspine.v1.VectorDtype\"u\n\x12\x45mbedPagesResponse\x12)\n\x07vectors\x18\x01 \x03(\x0b\x32\x18.ragspine.v1.MultiVector\x12\r\n\x05model\x18\x02 \x01(\t\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.ragspine.v1.Timings\"S\n\x17\x45mbedVisualQueryRequest\x12\x0f\n\x07queries\x18\x01 \x03(\t\x12\'\n\x05\x64type\x18\x02 \x01(\x0e\x32\x18.ragspine.v1.VectorDtype\"{\n\x18\x45mbedVisualQueryResponse\x12)\n\x07vectors\x18\x01 \x03(\x0b\x32\x18.ragspine.v1.MultiVector\x12\r\n\x05model\x18\x02 \x01(\t\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.ragspine.v1.Timings\"\x1f\n\x1dModelWorkerServiceInfoRequest\"\xca\x02\n\x1eModelWorkerServiceInfoResponse\x12\x18\n\x10max_batch_tokens\x18\x01 \x01(\x05\x12\x18\n\x10max_client_batch\x18\x02 \x01(\x05\x12\x17\n\x0fmax_input_chars\x18\x03 \x01(\x05\x12\x11\n\tmax_queue\x18\x04 \x01(\x05\x12\x16\n\x0emax_concurrent\x18\x05 \x01(\x05\x12\x17\n\x0f\x65mbedding_model\x18\x06 \x01(\t\x12\x14\n\x0csparse_model\x18\x07 \x01(\t\x12\x16\n\x0ereranker_model\x18\x08 \x01(\t\x12\x15\n\rloaded_models\x18\t \x03(\t\x12\x0f\n\x07version\x18\n \x01(\t\x12\x14\n\x0cvisual_model\x18\x0b \x01(\t\x12\x12\n\nvisual_dim\x18\x0c \x01(\x05\x12\x17\n\x0fmax_image_bytes\x18\r \x01(\x05*U\n\tEmbedKind\x12\x1a\n\x16\x45MBED_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45MBED_KIND_QUERY\x10\x01\x12\x16\n\x12\x45MBED_KIND_PASSAGE\x10\x02*_\n\x0bVectorDtype\x12\x1c\n\x18VECTOR_DTYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14VECTOR_DTYPE_FLOAT32\x10\x01\x12\x18\n\x14VECTOR_DTYPE_FLOAT16\x10\x02\x32\xd5\x04\n\x12ModelWorkerService\x12>\n\x05\x45mbed\x12\x19.ragspine.v1.EmbedRequest\x1a\x1a.ragspine.v1.EmbedResponse\x12S\n\x0c\x45ncodeSparse\x12 .ragspine.v1.EncodeSparseRequest\x1a!.ragspine.v1.EncodeSparseResponse\x12\x41\n\x06Rerank\x12\x1a.ragspine.v1.RerankRequest\x1a\x1b.ragspine.v1.RerankResponse\x12V\n\rSplitSemantic\x12!.ragspine.v1.SplitSemanticRequest\x1a\".ragspine.v1.SplitSemanticResponse\x12M\n\nEmbedPages\x12\x1e.ragspine.v1.EmbedPagesRequest\x1a\x1f.ragspine.v1.EmbedPagesResponse\x12_\n\x10\x45mbedVisualQuery\x12$.ragspine.v1.EmbedVisualQueryRequest\x1a%.ragspine.v1.EmbedVisualQueryResponse\x12_\n\x04Info\x12*.ragspine.v1.ModelWorkerServiceInfoRequest\x1a+.ragspine.v1.ModelWorkerServiceInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SPARSEVECTOR_WEIGHTSENTRY']._loaded_options = None
   _globals['_SPARSEVECTOR_WEIGHTSENTRY']._serialized_options = b'8\001'
-  _globals['_EMBEDKIND']._serialized_start=1166
-  _globals['_EMBEDKIND']._serialized_end=1251
+  _globals['_EMBEDKIND']._serialized_start=1737
+  _globals['_EMBEDKIND']._serialized_end=1822
+  _globals['_VECTORDTYPE']._serialized_start=1824
+  _globals['_VECTORDTYPE']._serialized_end=1919
   _globals['_EMBEDREQUEST']._serialized_start=73
   _globals['_EMBEDREQUEST']._serialized_end=140
   _globals['_DENSEVECTOR']._serialized_start=142
@@ -59,10 +61,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SPLITSEMANTICREQUEST']._serialized_end=781
   _globals['_SPLITSEMANTICRESPONSE']._serialized_start=783
   _globals['_SPLITSEMANTICRESPONSE']._serialized_end=865
-  _globals['_MODELWORKERSERVICEINFOREQUEST']._serialized_start=867
-  _globals['_MODELWORKERSERVICEINFOREQUEST']._serialized_end=898
-  _globals['_MODELWORKERSERVICEINFORESPONSE']._serialized_start=901
-  _globals['_MODELWORKERSERVICEINFORESPONSE']._serialized_end=1164
-  _globals['_MODELWORKERSERVICE']._serialized_start=1254
-  _globals['_MODELWORKERSERVICE']._serialized_end=1675
+  _globals['_MULTIVECTOR']._serialized_start=867
+  _globals['_MULTIVECTOR']._serialized_end=962
+  _globals['_EMBEDPAGESREQUEST']._serialized_start=964
+  _globals['_EMBEDPAGESREQUEST']._serialized_end=1040
+  _globals['_EMBEDPAGESRESPONSE']._serialized_start=1042
+  _globals['_EMBEDPAGESRESPONSE']._serialized_end=1159
+  _globals['_EMBEDVISUALQUERYREQUEST']._serialized_start=1161
+  _globals['_EMBEDVISUALQUERYREQUEST']._serialized_end=1244
+  _globals['_EMBEDVISUALQUERYRESPONSE']._serialized_start=1246
+  _globals['_EMBEDVISUALQUERYRESPONSE']._serialized_end=1369
+  _globals['_MODELWORKERSERVICEINFOREQUEST']._serialized_start=1371
+  _globals['_MODELWORKERSERVICEINFOREQUEST']._serialized_end=1402
+  _globals['_MODELWORKERSERVICEINFORESPONSE']._serialized_start=1405
+  _globals['_MODELWORKERSERVICEINFORESPONSE']._serialized_end=1735
+  _globals['_MODELWORKERSERVICE']._serialized_start=1922
+  _globals['_MODELWORKERSERVICE']._serialized_end=2519
 # @@protoc_insertion_point(module_scope)

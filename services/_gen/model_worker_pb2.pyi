@@ -46,6 +46,30 @@ EMBED_KIND_PASSAGE: EmbedKind.ValueType  # 2
 """Passages to index."""
 Global___EmbedKind: _TypeAlias = EmbedKind  # noqa: Y015
 
+class _VectorDtype:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _VectorDtypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_VectorDtype.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VECTOR_DTYPE_UNSPECIFIED: _VectorDtype.ValueType  # 0
+    """Same as FLOAT32."""
+    VECTOR_DTYPE_FLOAT32: _VectorDtype.ValueType  # 1
+    """IEEE 754 single precision, little-endian, 4 bytes per value."""
+    VECTOR_DTYPE_FLOAT16: _VectorDtype.ValueType  # 2
+    """IEEE 754 half precision, little-endian, 2 bytes per value."""
+
+class VectorDtype(_VectorDtype, metaclass=_VectorDtypeEnumTypeWrapper):
+    """Element type of a packed multi-vector."""
+
+VECTOR_DTYPE_UNSPECIFIED: VectorDtype.ValueType  # 0
+"""Same as FLOAT32."""
+VECTOR_DTYPE_FLOAT32: VectorDtype.ValueType  # 1
+"""IEEE 754 single precision, little-endian, 4 bytes per value."""
+VECTOR_DTYPE_FLOAT16: VectorDtype.ValueType  # 2
+"""IEEE 754 half precision, little-endian, 2 bytes per value."""
+Global___VectorDtype: _TypeAlias = VectorDtype  # noqa: Y015
+
 @_typing.final
 class EmbedRequest(_message.Message):
     """Embed texts."""
@@ -359,6 +383,164 @@ class SplitSemanticResponse(_message.Message):
 Global___SplitSemanticResponse: _TypeAlias = SplitSemanticResponse  # noqa: Y015
 
 @_typing.final
+class MultiVector(_message.Message):
+    """A multi-vector (one row per image patch or query token), packed row-major."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    DIM_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """rows x dim values of `dtype`, row-major, little-endian."""
+    rows: _builtins.int
+    """Number of vectors (patches or tokens)."""
+    dim: _builtins.int
+    """Width of each vector."""
+    dtype: Global___VectorDtype.ValueType
+    """Element type of `data`."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        rows: _builtins.int = ...,
+        dim: _builtins.int = ...,
+        dtype: Global___VectorDtype.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "dim", b"dim", "dtype", b"dtype", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MultiVector: _TypeAlias = MultiVector  # noqa: Y015
+
+@_typing.final
+class EmbedPagesRequest(_message.Message):
+    """Embed page images."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGES_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    dtype: Global___VectorDtype.ValueType
+    """Element type wanted in the response; unspecified = FLOAT32."""
+    @_builtins.property
+    def images(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """PNG-encoded page images (non-empty, at most the published max_client_batch)."""
+
+    def __init__(
+        self,
+        *,
+        images: _abc.Iterable[_builtins.bytes] | None = ...,
+        dtype: Global___VectorDtype.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dtype", b"dtype", "images", b"images"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedPagesRequest: _TypeAlias = EmbedPagesRequest  # noqa: Y015
+
+@_typing.final
+class EmbedPagesResponse(_message.Message):
+    """Multi-vectors of an EmbedPagesRequest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VECTORS_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    TIMINGS_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """Embedding space that produced them (e.g. "colqwen2:colqwen2-v1.0-hf")."""
+    @_builtins.property
+    def vectors(self) -> _containers.RepeatedCompositeFieldContainer[Global___MultiVector]:
+        """One multi-vector per request image, in request order; rows are L2-normalised."""
+
+    @_builtins.property
+    def timings(self) -> _common_pb2.Timings:
+        """Queue and inference time."""
+
+    def __init__(
+        self,
+        *,
+        vectors: _abc.Iterable[Global___MultiVector] | None = ...,
+        model: _builtins.str = ...,
+        timings: _common_pb2.Timings | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "timings", b"timings", "vectors", b"vectors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedPagesResponse: _TypeAlias = EmbedPagesResponse  # noqa: Y015
+
+@_typing.final
+class EmbedVisualQueryRequest(_message.Message):
+    """Embed search queries for page retrieval."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERIES_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    dtype: Global___VectorDtype.ValueType
+    """Element type wanted in the response; unspecified = FLOAT32."""
+    @_builtins.property
+    def queries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Query texts (non-empty)."""
+
+    def __init__(
+        self,
+        *,
+        queries: _abc.Iterable[_builtins.str] | None = ...,
+        dtype: Global___VectorDtype.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dtype", b"dtype", "queries", b"queries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedVisualQueryRequest: _TypeAlias = EmbedVisualQueryRequest  # noqa: Y015
+
+@_typing.final
+class EmbedVisualQueryResponse(_message.Message):
+    """Multi-vectors of an EmbedVisualQueryRequest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VECTORS_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    TIMINGS_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """Embedding space that produced them."""
+    @_builtins.property
+    def vectors(self) -> _containers.RepeatedCompositeFieldContainer[Global___MultiVector]:
+        """One multi-vector per query, in request order; rows are L2-normalised."""
+
+    @_builtins.property
+    def timings(self) -> _common_pb2.Timings:
+        """Queue and inference time."""
+
+    def __init__(
+        self,
+        *,
+        vectors: _abc.Iterable[Global___MultiVector] | None = ...,
+        model: _builtins.str = ...,
+        timings: _common_pb2.Timings | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "timings", b"timings", "vectors", b"vectors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedVisualQueryResponse: _TypeAlias = EmbedVisualQueryResponse  # noqa: Y015
+
+@_typing.final
 class ModelWorkerServiceInfoRequest(_message.Message):
     """Ask for limits and models."""
 
@@ -391,6 +573,9 @@ class ModelWorkerServiceInfoResponse(_message.Message):
     RERANKER_MODEL_FIELD_NUMBER: _builtins.int
     LOADED_MODELS_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    VISUAL_MODEL_FIELD_NUMBER: _builtins.int
+    VISUAL_DIM_FIELD_NUMBER: _builtins.int
+    MAX_IMAGE_BYTES_FIELD_NUMBER: _builtins.int
     max_batch_tokens: _builtins.int
     """Most tokens (approximated as whitespace-separated words) the worker batches together."""
     max_client_batch: _builtins.int
@@ -409,6 +594,12 @@ class ModelWorkerServiceInfoResponse(_message.Message):
     """Reranker spec ("" when none is configured)."""
     version: _builtins.str
     """Package version."""
+    visual_model: _builtins.str
+    """Page embedding space ("" when no visual embedder is configured), e.g. "colqwen2:colqwen2-v1.0-hf"."""
+    visual_dim: _builtins.int
+    """Width of the page and query vectors (0 when no visual embedder is configured)."""
+    max_image_bytes: _builtins.int
+    """Largest page image accepted, in bytes of PNG."""
     @_builtins.property
     def loaded_models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Models loaded so far (they load lazily on first use)."""
@@ -426,10 +617,13 @@ class ModelWorkerServiceInfoResponse(_message.Message):
         reranker_model: _builtins.str = ...,
         loaded_models: _abc.Iterable[_builtins.str] | None = ...,
         version: _builtins.str = ...,
+        visual_model: _builtins.str = ...,
+        visual_dim: _builtins.int = ...,
+        max_image_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_model", b"embedding_model", "loaded_models", b"loaded_models", "max_batch_tokens", b"max_batch_tokens", "max_client_batch", b"max_client_batch", "max_concurrent", b"max_concurrent", "max_input_chars", b"max_input_chars", "max_queue", b"max_queue", "reranker_model", b"reranker_model", "sparse_model", b"sparse_model", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_model", b"embedding_model", "loaded_models", b"loaded_models", "max_batch_tokens", b"max_batch_tokens", "max_client_batch", b"max_client_batch", "max_concurrent", b"max_concurrent", "max_image_bytes", b"max_image_bytes", "max_input_chars", b"max_input_chars", "max_queue", b"max_queue", "reranker_model", b"reranker_model", "sparse_model", b"sparse_model", "version", b"version", "visual_dim", b"visual_dim", "visual_model", b"visual_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

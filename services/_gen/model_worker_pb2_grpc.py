@@ -31,7 +31,8 @@ class ModelWorkerServiceStub:
 
     Responses carry vectors and scores only, never document text. Calls need
     `authorization: Bearer <service token>` metadata when the worker runs with a token.
-    Page-image capabilities (EmbedPages, EmbedVisualQuery, ScorePages) will be added as further RPCs.
+    Page images travel as PNG bytes and come back as multi-vectors only; MaxSim scoring stays on the front,
+    which holds every page's vectors in its own store (sending them per query would cost more than scoring).
     """
 
     def __init__(self, channel):
@@ -60,6 +61,16 @@ class ModelWorkerServiceStub:
                 request_serializer=ragspine_dot_v1_dot_model__worker__pb2.SplitSemanticRequest.SerializeToString,
                 response_deserializer=ragspine_dot_v1_dot_model__worker__pb2.SplitSemanticResponse.FromString,
                 _registered_method=True)
+        self.EmbedPages = channel.unary_unary(
+                '/ragspine.v1.ModelWorkerService/EmbedPages',
+                request_serializer=ragspine_dot_v1_dot_model__worker__pb2.EmbedPagesRequest.SerializeToString,
+                response_deserializer=ragspine_dot_v1_dot_model__worker__pb2.EmbedPagesResponse.FromString,
+                _registered_method=True)
+        self.EmbedVisualQuery = channel.unary_unary(
+                '/ragspine.v1.ModelWorkerService/EmbedVisualQuery',
+                request_serializer=ragspine_dot_v1_dot_model__worker__pb2.EmbedVisualQueryRequest.SerializeToString,
+                response_deserializer=ragspine_dot_v1_dot_model__worker__pb2.EmbedVisualQueryResponse.FromString,
+                _registered_method=True)
         self.Info = channel.unary_unary(
                 '/ragspine.v1.ModelWorkerService/Info',
                 request_serializer=ragspine_dot_v1_dot_model__worker__pb2.ModelWorkerServiceInfoRequest.SerializeToString,
@@ -72,7 +83,8 @@ class ModelWorkerServiceServicer:
 
     Responses carry vectors and scores only, never document text. Calls need
     `authorization: Bearer <service token>` metadata when the worker runs with a token.
-    Page-image capabilities (EmbedPages, EmbedVisualQuery, ScorePages) will be added as further RPCs.
+    Page images travel as PNG bytes and come back as multi-vectors only; MaxSim scoring stays on the front,
+    which holds every page's vectors in its own store (sending them per query would cost more than scoring).
     """
 
     def Embed(self, request, context):
@@ -98,6 +110,20 @@ class ModelWorkerServiceServicer:
 
     def SplitSemantic(self, request, context):
         """Topic boundaries in a list of sentences.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EmbedPages(self, request, context):
+        """ColPali / ColQwen multi-vectors of page images (PNG), one per page.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EmbedVisualQuery(self, request, context):
+        """ColPali / ColQwen multi-vectors of search queries, in the page embedding space.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -133,6 +159,16 @@ def add_ModelWorkerServiceServicer_to_server(servicer, server):
                     request_deserializer=ragspine_dot_v1_dot_model__worker__pb2.SplitSemanticRequest.FromString,
                     response_serializer=ragspine_dot_v1_dot_model__worker__pb2.SplitSemanticResponse.SerializeToString,
             ),
+            'EmbedPages': grpc.unary_unary_rpc_method_handler(
+                    servicer.EmbedPages,
+                    request_deserializer=ragspine_dot_v1_dot_model__worker__pb2.EmbedPagesRequest.FromString,
+                    response_serializer=ragspine_dot_v1_dot_model__worker__pb2.EmbedPagesResponse.SerializeToString,
+            ),
+            'EmbedVisualQuery': grpc.unary_unary_rpc_method_handler(
+                    servicer.EmbedVisualQuery,
+                    request_deserializer=ragspine_dot_v1_dot_model__worker__pb2.EmbedVisualQueryRequest.FromString,
+                    response_serializer=ragspine_dot_v1_dot_model__worker__pb2.EmbedVisualQueryResponse.SerializeToString,
+            ),
             'Info': grpc.unary_unary_rpc_method_handler(
                     servicer.Info,
                     request_deserializer=ragspine_dot_v1_dot_model__worker__pb2.ModelWorkerServiceInfoRequest.FromString,
@@ -151,7 +187,8 @@ class ModelWorkerService:
 
     Responses carry vectors and scores only, never document text. Calls need
     `authorization: Bearer <service token>` metadata when the worker runs with a token.
-    Page-image capabilities (EmbedPages, EmbedVisualQuery, ScorePages) will be added as further RPCs.
+    Page images travel as PNG bytes and come back as multi-vectors only; MaxSim scoring stays on the front,
+    which holds every page's vectors in its own store (sending them per query would cost more than scoring).
     """
 
     @staticmethod
@@ -252,6 +289,60 @@ class ModelWorkerService:
             '/ragspine.v1.ModelWorkerService/SplitSemantic',
             ragspine_dot_v1_dot_model__worker__pb2.SplitSemanticRequest.SerializeToString,
             ragspine_dot_v1_dot_model__worker__pb2.SplitSemanticResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EmbedPages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragspine.v1.ModelWorkerService/EmbedPages',
+            ragspine_dot_v1_dot_model__worker__pb2.EmbedPagesRequest.SerializeToString,
+            ragspine_dot_v1_dot_model__worker__pb2.EmbedPagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EmbedVisualQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragspine.v1.ModelWorkerService/EmbedVisualQuery',
+            ragspine_dot_v1_dot_model__worker__pb2.EmbedVisualQueryRequest.SerializeToString,
+            ragspine_dot_v1_dot_model__worker__pb2.EmbedVisualQueryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,7 +33,8 @@ class ModelWorkerServiceStub:
 
     Responses carry vectors and scores only, never document text. Calls need
     `authorization: Bearer <service token>` metadata when the worker runs with a token.
-    Page-image capabilities (EmbedPages, EmbedVisualQuery, ScorePages) will be added as further RPCs.
+    Page images travel as PNG bytes and come back as multi-vectors only; MaxSim scoring stays on the front,
+    which holds every page's vectors in its own store (sending them per query would cost more than scoring).
     """
 
     @_typing.overload
@@ -48,6 +49,10 @@ class ModelWorkerServiceStub:
     """Relevance scores of (query, text) pairs."""
     SplitSemantic: _grpc.UnaryUnaryMultiCallable[_model_worker_pb2.SplitSemanticRequest, _model_worker_pb2.SplitSemanticResponse]
     """Topic boundaries in a list of sentences."""
+    EmbedPages: _grpc.UnaryUnaryMultiCallable[_model_worker_pb2.EmbedPagesRequest, _model_worker_pb2.EmbedPagesResponse]
+    """ColPali / ColQwen multi-vectors of page images (PNG), one per page."""
+    EmbedVisualQuery: _grpc.UnaryUnaryMultiCallable[_model_worker_pb2.EmbedVisualQueryRequest, _model_worker_pb2.EmbedVisualQueryResponse]
+    """ColPali / ColQwen multi-vectors of search queries, in the page embedding space."""
     Info: _grpc.UnaryUnaryMultiCallable[_model_worker_pb2.ModelWorkerServiceInfoRequest, _model_worker_pb2.ModelWorkerServiceInfoResponse]
     """Limits and loaded models."""
 
@@ -57,7 +62,8 @@ class ModelWorkerServiceAsyncStub(ModelWorkerServiceStub):
 
     Responses carry vectors and scores only, never document text. Calls need
     `authorization: Bearer <service token>` metadata when the worker runs with a token.
-    Page-image capabilities (EmbedPages, EmbedVisualQuery, ScorePages) will be added as further RPCs.
+    Page images travel as PNG bytes and come back as multi-vectors only; MaxSim scoring stays on the front,
+    which holds every page's vectors in its own store (sending them per query would cost more than scoring).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -69,6 +75,10 @@ class ModelWorkerServiceAsyncStub(ModelWorkerServiceStub):
     """Relevance scores of (query, text) pairs."""
     SplitSemantic: _aio.UnaryUnaryMultiCallable[_model_worker_pb2.SplitSemanticRequest, _model_worker_pb2.SplitSemanticResponse]  # type: ignore[assignment]
     """Topic boundaries in a list of sentences."""
+    EmbedPages: _aio.UnaryUnaryMultiCallable[_model_worker_pb2.EmbedPagesRequest, _model_worker_pb2.EmbedPagesResponse]  # type: ignore[assignment]
+    """ColPali / ColQwen multi-vectors of page images (PNG), one per page."""
+    EmbedVisualQuery: _aio.UnaryUnaryMultiCallable[_model_worker_pb2.EmbedVisualQueryRequest, _model_worker_pb2.EmbedVisualQueryResponse]  # type: ignore[assignment]
+    """ColPali / ColQwen multi-vectors of search queries, in the page embedding space."""
     Info: _aio.UnaryUnaryMultiCallable[_model_worker_pb2.ModelWorkerServiceInfoRequest, _model_worker_pb2.ModelWorkerServiceInfoResponse]  # type: ignore[assignment]
     """Limits and loaded models."""
 
@@ -77,7 +87,8 @@ class ModelWorkerServiceServicer(metaclass=_abc_1.ABCMeta):
 
     Responses carry vectors and scores only, never document text. Calls need
     `authorization: Bearer <service token>` metadata when the worker runs with a token.
-    Page-image capabilities (EmbedPages, EmbedVisualQuery, ScorePages) will be added as further RPCs.
+    Page images travel as PNG bytes and come back as multi-vectors only; MaxSim scoring stays on the front,
+    which holds every page's vectors in its own store (sending them per query would cost more than scoring).
     """
 
     @_abc_1.abstractmethod
@@ -111,6 +122,22 @@ class ModelWorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_model_worker_pb2.SplitSemanticResponse, _abc.Awaitable[_model_worker_pb2.SplitSemanticResponse]]:
         """Topic boundaries in a list of sentences."""
+
+    @_abc_1.abstractmethod
+    def EmbedPages(
+        self,
+        request: _model_worker_pb2.EmbedPagesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_model_worker_pb2.EmbedPagesResponse, _abc.Awaitable[_model_worker_pb2.EmbedPagesResponse]]:
+        """ColPali / ColQwen multi-vectors of page images (PNG), one per page."""
+
+    @_abc_1.abstractmethod
+    def EmbedVisualQuery(
+        self,
+        request: _model_worker_pb2.EmbedVisualQueryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_model_worker_pb2.EmbedVisualQueryResponse, _abc.Awaitable[_model_worker_pb2.EmbedVisualQueryResponse]]:
+        """ColPali / ColQwen multi-vectors of search queries, in the page embedding space."""
 
     @_abc_1.abstractmethod
     def Info(

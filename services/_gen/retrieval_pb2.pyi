@@ -58,6 +58,10 @@ class _RetrievalModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Retriev
     """BM25 only; no embedding is computed."""
     RETRIEVAL_MODE_HYBRID: _RetrievalMode.ValueType  # 2
     """BM25 plus dense (and sparse, when configured) channels fused with RRF."""
+    RETRIEVAL_MODE_VISUAL: _RetrievalMode.ValueType  # 3
+    """Page images only (ColPali / ColQwen MaxSim); snippets are page leads with is_visual set."""
+    RETRIEVAL_MODE_HYBRID_VISUAL: _RetrievalMode.ValueType  # 4
+    """The server's text channels fused (RRF) with page-image leads."""
 
 class RetrievalMode(_RetrievalMode, metaclass=_RetrievalModeEnumTypeWrapper):
     """Which retrieval channels run."""
@@ -68,6 +72,10 @@ RETRIEVAL_MODE_LEXICAL: RetrievalMode.ValueType  # 1
 """BM25 only; no embedding is computed."""
 RETRIEVAL_MODE_HYBRID: RetrievalMode.ValueType  # 2
 """BM25 plus dense (and sparse, when configured) channels fused with RRF."""
+RETRIEVAL_MODE_VISUAL: RetrievalMode.ValueType  # 3
+"""Page images only (ColPali / ColQwen MaxSim); snippets are page leads with is_visual set."""
+RETRIEVAL_MODE_HYBRID_VISUAL: RetrievalMode.ValueType  # 4
+"""The server's text channels fused (RRF) with page-image leads."""
 Global___RetrievalMode: _TypeAlias = RetrievalMode  # noqa: Y015
 
 @_typing.final
@@ -90,6 +98,8 @@ class Document(_message.Message):
     SENSITIVITY_FIELD_NUMBER: _builtins.int
     SOURCE_LOCATOR_PREFIX_FIELD_NUMBER: _builtins.int
     VALID_AS_OF_FIELD_NUMBER: _builtins.int
+    PAGES_FIELD_NUMBER: _builtins.int
+    PAGE_DPI_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Stable identifier; re-ingesting the same id replaces the previous version."""
     title: _builtins.str
@@ -118,6 +128,12 @@ class Document(_message.Message):
     """Prefix of every chunk's source_locator (e.g. a URL or path); defaults to doc_id."""
     valid_as_of: _builtins.str
     """Date (ISO 8601) from which this version is valid; empty = now."""
+    pages: _builtins.bool
+    """For a PDF: also render every page and index it for visual retrieval (needs a visual embedder on the
+    server). RESTRICTED documents are never rendered.
+    """
+    page_dpi: _builtins.int
+    """Rendering resolution of `pages` in dots per inch (10-600); 0 = the server default (100)."""
     def __init__(
         self,
         *,
@@ -135,10 +151,12 @@ class Document(_message.Message):
         sensitivity: _builtins.str = ...,
         source_locator_prefix: _builtins.str = ...,
         valid_as_of: _builtins.str = ...,
+        pages: _builtins.bool = ...,
+        page_dpi: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "file", b"file", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "doc_id", b"doc_id", "entity", b"entity", "file", b"file", "filename", b"filename", "geography", b"geography", "language", b"language", "mime_type", b"mime_type", "period", b"period", "sensitivity", b"sensitivity", "source_locator_prefix", b"source_locator_prefix", "text", b"text", "title", b"title", "topic", b"topic", "valid_as_of", b"valid_as_of"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "doc_id", b"doc_id", "entity", b"entity", "file", b"file", "filename", b"filename", "geography", b"geography", "language", b"language", "mime_type", b"mime_type", "page_dpi", b"page_dpi", "pages", b"pages", "period", b"period", "sensitivity", b"sensitivity", "source_locator_prefix", b"source_locator_prefix", "text", b"text", "title", b"title", "topic", b"topic", "valid_as_of", b"valid_as_of"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "file"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
@@ -746,6 +764,7 @@ class RetrievalServiceInfoResponse(_message.Message):
     DEFAULT_MODE_FIELD_NUMBER: _builtins.int
     REMOTE_WORKER_FIELD_NUMBER: _builtins.int
     MAX_QUERY_CHARS_FIELD_NUMBER: _builtins.int
+    VISUAL_MODEL_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """Package version."""
     max_message_bytes: _builtins.int
@@ -760,6 +779,8 @@ class RetrievalServiceInfoResponse(_message.Message):
     """True when models run in a separate worker rather than in this process."""
     max_query_chars: _builtins.int
     """Longest query accepted, in characters."""
+    visual_model: _builtins.str
+    """Page embedding space used for visual retrieval ("" when visual retrieval is off)."""
     def __init__(
         self,
         *,
@@ -770,10 +791,11 @@ class RetrievalServiceInfoResponse(_message.Message):
         default_mode: _builtins.str = ...,
         remote_worker: _builtins.bool = ...,
         max_query_chars: _builtins.int = ...,
+        visual_model: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_mode", b"default_mode", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_query_chars", b"max_query_chars", "max_top_k", b"max_top_k", "remote_worker", b"remote_worker", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_mode", b"default_mode", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_query_chars", b"max_query_chars", "max_top_k", b"max_top_k", "remote_worker", b"remote_worker", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
