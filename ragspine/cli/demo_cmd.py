@@ -1,8 +1,9 @@
 """``ragspine demo``: the main job on the embedded default, end to end, in one command.
 
-Ingests the bundled sample corpus into a SQLite store under the data dir (CPU, packaged models when the
-models extra is installed), asks a few English and Chinese questions and prints cited snippets; when the
-evaluation data sits beside the repository it also runs the SciFact evaluation.
+Starts the front tier in laptop mode (one process, CPU, SQLite under the data dir, in-process models) on
+a loopback port, ingests the bundled sample corpus over gRPC, asks a few English and Chinese questions
+over gRPC and prints cited snippets; when the evaluation data sits beside the repository it also runs
+the SciFact evaluation through the library API.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+DEMO_LIBRARY = "sample"
 DEMO_QUESTIONS = (
     "How much does the Harvest Arm H2 weigh and what does it pick?",
     "What happens when a person enters the safety zone of the harvest arm?",
@@ -26,10 +28,10 @@ DEMO_QUESTIONS = (
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "demo",
-        help="ingest the bundled sample corpus, ask a few questions, print cited snippets",
+        help="laptop mode end to end: ingest the sample corpus over gRPC, ask questions, print citations",
         description="Run the main job on the embedded default: SQLite store, CPU, packaged models.",
     )
-    p.add_argument("--data-dir", default=None, help="where the SQLite store goes (default RAGSPINE_DATA_DIR)")
+    p.add_argument("--data-dir", default=None, help="where the SQLite stores go (default RAGSPINE_DATA_DIR)")
     p.add_argument("--top-k", type=int, default=3, help="snippets per question (default 3)")
     p.add_argument(
         "--eval-data",
@@ -40,11 +42,12 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _print_snippet(rank: int, s: dict[str, Any]) -> None:
-    body = " ".join(s["text"].split())
-    print(f"  [{rank}] {s['title'] or s['doc_id']}  ({s['source_locator']}, {s['sensitivity']})")
+def _print_snippet(rank: int, s: Any) -> None:
+    body = " ".join(s.text.split())
+    print(f"  [{rank}] {s.title or s.doc_id}  ({s.source_locator}, {s.sensitivity}, library {s.library_id})")
     print(textwrap.indent(textwrap.fill(body[:300], width=100), "      "))
-    scores = ", ".join(f"{k}={v:.4f}" for k, v in s["scores"].items())
+    present = [f.name for f, _ in s.scores.ListFields()]  # only the stages that ran
+    scores = ", ".join(f"{name}={getattr(s.scores, name):.4f}" for name in present)
     print(f"      scores: {scores}")
 
 
@@ -55,60 +58,90 @@ def _default_eval_data() -> Path | None:
     return candidate if candidate.is_dir() else None
 
 
+def _ingest_requests(library: str) -> Any:
+    from ragspine.samples import sample_manifest
+    from ragspine.services._gen import retrieval_pb2
+
+    for path, fields in sample_manifest():
+        doc = retrieval_pb2.Document(file=path.read_bytes(), filename=path.name, **fields)
+        yield retrieval_pb2.IngestStreamRequest(library=library, document=doc)
+
+
+def run_laptop_demo(data_dir: Path, *, top_k: int) -> int:
+    """Serve laptop mode on a free loopback port, ingest and query over gRPC; returns restricted-hits seen."""
+    from dataclasses import replace
+
+    from ragspine.services._gen import retrieval_pb2
+    from ragspine.services.client import RemoteFront
+    from ragspine.services.front.server import build_front_parts, start_front
+    from ragspine.settings import Settings
+
+    settings = replace(Settings.from_env(), data_dir=str(data_dir))
+    print(f"starting laptop mode: SQLite under {data_dir}, retrieval mode {settings.retrieval_mode}, CPU")
+    parts = build_front_parts(settings, in_process=True)
+    running = start_front(settings, parts, host="127.0.0.1", port=0)
+    address = f"127.0.0.1:{running.port}"
+    front = RemoteFront(address, timeout_s=600.0)
+    leaked = 0
+    try:
+        info = front.Info(retrieval_pb2.RetrievalServiceInfoRequest())
+        print(f"front tier listening on {address} ({type(info).__name__} answered)")
+        ingest = front.IngestStream(_ingest_requests(DEMO_LIBRARY))
+        written = sum(r.chunks_written for r in ingest.results)
+        print(
+            f"ingested {len(ingest.results)} sample documents into {DEMO_LIBRARY!r} ({written} new chunks)\n"
+        )
+        for question in DEMO_QUESTIONS:
+            response = front.Retrieve(
+                retrieval_pb2.RetrieveRequest(query=question, libraries=[DEMO_LIBRARY], top_k=top_k)
+            )
+            flags = f"  [degraded: {', '.join(response.degraded)}]" if response.degraded else ""
+            print(f"Q: {question}{flags}")
+            if not response.snippets:
+                print("  (no evidence found)")
+            for rank, snippet in enumerate(response.snippets, 1):
+                leaked += snippet.sensitivity.upper() == "RESTRICTED"
+                _print_snippet(rank, snippet)
+            print()
+        print(f"RESTRICTED snippets returned: {leaked} (the sample corpus holds one RESTRICTED document)")
+    finally:
+        front.close()
+        running.stop(1.0)
+        parts.close()
+    return leaked
+
+
 def run(args: argparse.Namespace) -> int:
-    from ragspine.eval.harness import run_eval
-    from ragspine.retrieval.assembly import assemble_index
-    from ragspine.retrieval.chunking.chunk_store import ChunkStore
-    from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
-    from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
-    from ragspine.samples import sample_documents
     from ragspine.settings import Settings
 
     settings = Settings.from_env(data_dir=args.data_dir)
-    data_dir = Path(settings.data_dir)
+    data_dir = Path(settings.data_dir) / "demo"
     data_dir.mkdir(parents=True, exist_ok=True)
-    db = data_dir / "demo.db"
-    print(f"RAGSpine demo — store {db} (SQLite), retrieval mode {settings.retrieval_mode}")
-    with ChunkStore(db) as store:
-        store.init_schema()
-        index = assemble_index(store, settings)
-        backend = index.embedding_backend
-        print(f"embedding: {type(backend).__name__ if backend is not None else 'none (pure BM25 + RRF)'}")
-        docs = sample_documents()
-        written = index.ingest_many(docs)
-        restricted = sum(1 for _, m in docs if m.sensitivity.upper() == "RESTRICTED")
-        print(
-            f"ingested {len(docs)} sample documents ({restricted} RESTRICTED), {written} new chunks, "
-            f"{store.count()} active chunks\n"
-        )
-        retriever = NarrativeIndexRetriever(index)
-        for question in DEMO_QUESTIONS:
-            report = retriever.retrieve_report(question, top_k=args.top_k)
-            flags = f"  [degraded: {', '.join(report.degraded)}]" if report.degraded else ""
-            print(f"Q: {question}{flags}")
-            if not report.snippets:
-                print("  (no evidence found)")
-            for rank, snippet in enumerate(report.snippets, 1):
-                _print_snippet(rank, snippet)
-            print()
+    if run_laptop_demo(data_dir, top_k=args.top_k):
+        return 1
     if args.no_eval:
         return 0
     eval_dir = Path(args.eval_data) if args.eval_data else _default_eval_data()
     if eval_dir is None:
         print("evaluation skipped: no ../shared/data/scifact beside the repository (pass --eval-data DIR)")
         return 0
-    print(f"evaluating on {eval_dir} (BM25 and the configured mode) ...")
+    return _run_eval(eval_dir, settings)
+
+
+def _run_eval(eval_dir: Path, settings: Any) -> int:
+    from ragspine.eval.harness import run_eval
+    from ragspine.retrieval.assembly import assemble_index
+    from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
+    from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+    from ragspine.settings import Settings
+
+    print(f"\nevaluating on {eval_dir} (BM25, then the configured mode) ...")
     for mode in dict.fromkeys(["bm25", settings.retrieval_mode]):
         mode_settings = Settings.from_env(retrieval_mode=mode)
 
-        def make_index(store: ChunkStore, ms: Settings = mode_settings) -> NarrativeIndex:
+        def make_index(store: VersionedChunkStore, ms: Settings = mode_settings) -> NarrativeIndex:
             return assemble_index(store, ms, max_chars=1_000_000)
 
-        result = run_eval(
-            eval_dir,
-            make_index=make_index,
-            mode=mode,
-            progress=sys.stderr.isatty(),
-        )
+        result = run_eval(eval_dir, make_index=make_index, mode=mode, progress=sys.stderr.isatty())
         print(result.as_text())
     return 0
