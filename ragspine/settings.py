@@ -35,6 +35,7 @@ class Settings:
     glossary_path: str = ""
     device: str = "auto"
     visual_embedder: str = "none"
+    visual_model: str = ""  # ColPali / ColQwen2 id or local path; empty = the family's published -hf model
     llm_provider: str = ""  # none | openai | deterministic; empty = openai when llm_base_url is set
     llm_base_url: str = ""
     llm_api_key: str = ""

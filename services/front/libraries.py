@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragspine.services.common.errors import BackendUnavailableError, NotFoundError
 from ragspine.services.front.change_follower import ChangeFollower
+from ragspine.services.front.pages import LibraryPages, pages_path
 
 from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
@@ -61,6 +62,22 @@ class Library:
     lock: threading.Lock = field(default_factory=threading.Lock)
     follower: ChangeFollower | None = None
     _indexes: dict[bool, NarrativeIndex] = field(default_factory=dict)
+    visual_encoder: Any = None  # VisualEncoder; None = visual retrieval is off
+    pages_file: Path | None = None
+    _pages: LibraryPages | None = None
+
+    def pages(self, *, create: bool = False) -> LibraryPages | None:
+        """The library's page store and visual index; None when visual retrieval is off, or when the
+        library has no page store yet and ``create`` is not set (a read never creates one)."""
+        if self.visual_encoder is None or self.pages_file is None:
+            return None
+        with self.lock:
+            if self._pages is None:
+                if not create and not self.pages_file.exists():
+                    return None
+                self.pages_file.parent.mkdir(parents=True, exist_ok=True)
+                self._pages = LibraryPages(self.library_id, self.pages_file, self.visual_encoder)
+            return self._pages
 
     @property
     def lexical_only(self) -> bool:
@@ -98,6 +115,8 @@ class Library:
         """Stop following changes, then close the store."""
         if self.follower is not None:
             self.follower.stop()
+        if self._pages is not None:
+            self._pages.close()
         self.store.close()
 
     def writer(self) -> NarrativeIndex:
@@ -122,8 +141,10 @@ class LibraryCatalog:
         embedding_backend: EmbeddingBackend | None = None,
         reranker: Reranker | None = None,
         sparse_encoder: Any = None,
+        visual_encoder: Any = None,
     ) -> None:
         self.settings = settings
+        self.visual_encoder = visual_encoder
         self.root = Path(settings.data_dir) / "libraries"
         self.embedding_backend = embedding_backend
         self.reranker = reranker
@@ -182,6 +203,8 @@ class LibraryCatalog:
                 self.embedding_backend,
                 self.reranker,
                 self.sparse_encoder,
+                visual_encoder=self.visual_encoder,
+                pages_file=pages_path(self.root, library_id),
             )
             self._libraries[library_id] = library
             return library
@@ -202,6 +225,8 @@ class LibraryCatalog:
                 self.embedding_backend,
                 self.reranker,
                 self.sparse_encoder,
+                visual_encoder=self.visual_encoder,
+                pages_file=pages_path(self.root, library_id),
             )
             library.follower = ChangeFollower(store, library.built_indexes, name=library_id).start()
             self._libraries[library_id] = library

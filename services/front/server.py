@@ -17,6 +17,8 @@ from ragspine.services.front.remote import (
     WorkerClient,
 )
 from ragspine.services.front.servicer import FrontLimits, RetrievalServicer
+from ragspine.services.front.visual_remote import RemoteVisualEncoder
+from ragspine.services.worker.server import visual_spec
 
 from ragspine.retrieval.assembly import resolve_embedding, resolve_reranker, resolve_sparse
 from ragspine.retrieval.lexical.types import EmbeddingBackend
@@ -51,11 +53,16 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
     embedding: EmbeddingBackend | None
     reranker: Reranker | None
     sparse: object = None
+    visual: object = None
     worker = None
     if local:
         embedding = resolve_embedding(settings, mode)
         reranker = resolve_reranker(settings)
         sparse = resolve_sparse(settings, mode)
+        if visual_spec(settings):
+            from ragspine.retrieval.visual.factory import make_visual_encoder
+
+            visual = make_visual_encoder(visual_spec(settings), settings=settings)
     else:
         worker = WorkerClient(
             settings.worker_address,
@@ -67,10 +74,13 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
         embedding = RemoteEmbeddingBackend(worker) if wants_embedding else None
         reranker = RemoteReranker(worker) if settings.reranker.strip().lower() not in ("", "none") else None
         sparse = RemoteSparseEncoder(worker) if mode.uses_sparse else None
+        visual = RemoteVisualEncoder(worker) if visual_spec(settings) else None
     if embedding is None and sparse is None and (mode.uses_embedding or mode.uses_sparse):
         # Nothing to embed with: serve the lexical preset explicitly rather than resolving again per library.
         settings = replace(settings, retrieval_mode="economy")
-    catalog = LibraryCatalog(settings, embedding_backend=embedding, reranker=reranker, sparse_encoder=sparse)
+    catalog = LibraryCatalog(
+        settings, embedding_backend=embedding, reranker=reranker, sparse_encoder=sparse, visual_encoder=visual
+    )
     default_mode = "hybrid" if embedding is not None or sparse is not None else "lexical"
     reranker_name = settings.reranker if reranker is not None else ""
     return FrontParts(catalog, worker, default_mode, reranker_name)

@@ -17,9 +17,10 @@ from ragspine.services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine.services.common import metrics
 from ragspine.services.common.auth import current_caller
 from ragspine.services.common.deadline import call_deadline
-from ragspine.services.common.errors import NotFoundError, RequestTooLargeError
+from ragspine.services.common.errors import BackendUnavailableError, NotFoundError, RequestTooLargeError
 from ragspine.services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine.services.front import convert
+from ragspine.services.front import pages as visual
 from ragspine.services.front.libraries import Library, LibraryCatalog, check_library_id
 
 import ragspine
@@ -110,26 +111,70 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         current_caller().require(library_id)
         return library_id
 
-    def _prepare(self, docs: Iterable[retrieval_pb2.Document]) -> list[tuple[str, DocumentMeta, str]]:
+    def _prepare(self, docs: Iterable[retrieval_pb2.Document]) -> list[tuple[str, DocumentMeta, str, Any]]:
         """Parse and validate every document before anything is written (a bad one stores nothing)."""
         prepared = []
         seen: set[str] = set()
         for i, doc in enumerate(docs):
-            text, title = convert.document_text(doc, i)
+            if doc.pages:
+                self._check_pages_request(doc, i)
+            if doc.pages and visual.image_only_pdf(doc.file):
+                # A scan has no text layer to index: its pages are found visually only.
+                text, title = "", doc.title
+            else:
+                text, title = convert.document_text(doc, i)
             meta = convert.document_meta(doc, title, i)
             if meta.doc_id in seen:
                 raise ValueError(f"documents[{i}]: doc_id {meta.doc_id!r} appears twice in one request")
             seen.add(meta.doc_id)
-            prepared.append((text, meta, doc.valid_as_of))
+            prepared.append((text, meta, doc.valid_as_of, doc))
         return prepared
 
-    def _ingest(self, library: Library, prepared: list[tuple[str, DocumentMeta, str]]) -> list[Any]:
+    def _check_pages_request(self, doc: retrieval_pb2.Document, i: int) -> None:
+        label = f"documents[{i}] ({doc.doc_id or 'no doc_id'})"
+        if self.catalog.visual_encoder is None:
+            raise ValueError(
+                f"{label}: pages=true but this server has no visual embedder "
+                "(set RAGSPINE_VISUAL_EMBEDDER=colqwen2 or colpali)"
+            )
+        if doc.WhichOneof("content") != "file" or not visual.is_pdf(
+            doc.file, filename=doc.filename, mime_type=doc.mime_type
+        ):
+            raise ValueError(f"{label}: pages=true needs a PDF file")
+        try:
+            visual.check_page_dpi(doc.page_dpi)
+        except ValueError as exc:
+            raise ValueError(f"{label}: {exc}") from None
+
+    def _ingest(self, library: Library, prepared: list[tuple[str, DocumentMeta, str, Any]]) -> list[Any]:
         index = library.writer()
         results = []
-        for text, meta, valid_as_of in prepared:
-            written = index.ingest(text, meta, valid_as_of=valid_as_of)
-            results.append(retrieval_pb2.DocumentResult(doc_id=meta.doc_id, chunks_written=written))
+        for text, meta, valid_as_of, doc in prepared:
+            # Pages first: their embedding is the step that can fail (worker down) and it changes nothing
+            # stored until it has succeeded.
+            pages_indexed = self._ingest_pages(library, meta, doc)
+            written = index.ingest(text, meta, valid_as_of=valid_as_of) if text else 0
+            results.append(
+                retrieval_pb2.DocumentResult(
+                    doc_id=meta.doc_id, chunks_written=written, pages_indexed=pages_indexed
+                )
+            )
         return results
+
+    @staticmethod
+    def _ingest_pages(library: Library, meta: DocumentMeta, doc: retrieval_pb2.Document) -> int:
+        if not doc.pages:
+            # A version without pages must not leave the previous version's pages searchable.
+            existing = library.pages()
+            if existing is not None and existing.has_doc(meta.doc_id):
+                existing.remove_doc(meta.doc_id)
+            return 0
+        pages = library.pages(create=True)
+        if pages is None:  # checked in _prepare; kept for type narrowing
+            raise ValueError("this server has no visual embedder")
+        dpi = visual.check_page_dpi(doc.page_dpi)
+        records = visual.render_document_pages(doc.file, meta, library_id=library.library_id, dpi=dpi)
+        return pages.replace_doc(records, doc_id=meta.doc_id)
 
     def Ingest(
         self, request: retrieval_pb2.IngestRequest, context: grpc.ServicerContext
@@ -192,7 +237,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             raise ValueError("doc_id is empty")
         library = self.catalog.get(request.library)
         withdrawn = library.writer().withdraw(request.doc_id)
-        if not withdrawn:
+        pages = library.pages()
+        pages_removed = pages.remove_doc(request.doc_id) if pages is not None else 0
+        if not withdrawn and not pages_removed:
             raise NotFoundError(f"document {request.doc_id!r} is not in library {request.library!r}")
         return retrieval_pb2.DeleteDocumentResponse(chunks_withdrawn=withdrawn)
 
@@ -241,8 +288,30 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             raise ValueError(f"rerank_top_n must be >= 0, got {request.rerank_top_n}")
         mfilter = convert.metadata_filter(request.filters, request.combine)
         rerank = self._rerank(request.reranker)
+        visual_mode = request.mode in (
+            retrieval_pb2.RETRIEVAL_MODE_VISUAL,
+            retrieval_pb2.RETRIEVAL_MODE_HYBRID_VISUAL,
+        )
+        if visual_mode and self.catalog.visual_encoder is None:
+            raise ValueError(
+                "this server has no visual embedder: use mode LEXICAL or HYBRID, or configure "
+                "RAGSPINE_VISUAL_EMBEDDER"
+            )
         lexical = self._lexical(request.mode)
         libraries = self._libraries_for(request.libraries)
+        visual_snippets: list[dict[str, Any]] | None = None
+        visual_degraded: list[str] = []
+        if visual_mode:
+            try:
+                with call_deadline(context.time_remaining()):
+                    shelves = [p for p in (lib.pages() for lib in libraries) if p is not None]
+                    visual_snippets = visual.visual_snippets(shelves, query, k=top_k, mfilter=mfilter)
+            except BackendUnavailableError as exc:
+                # Text still answers; the flag tells the caller the page channel is missing.
+                _LOG.warning("visual retrieval degraded: %s", exc)
+                visual_degraded = ["visual"]
+        if visual_snippets is not None and request.mode == retrieval_pb2.RETRIEVAL_MODE_VISUAL:
+            return self._respond(visual_snippets, visual_degraded, started, {})
         bound: list[_BoundRetriever] = []
         indexes = []
         for library in libraries:
@@ -262,13 +331,20 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 ]
             else:
                 snippets = MultiIndexRetriever(indexes, top_k=top_k).retrieve(query, top_k=top_k)
-        degraded = sorted({stage for b in bound for stage in b.degraded})
-        for stage in degraded:
-            metrics.DEGRADED.labels(stage).inc()
+        if visual_snippets is not None:
+            snippets = visual.fuse_text_and_visual(snippets, visual_snippets, top_k=top_k)
+        degraded = sorted({*visual_degraded, *(stage for b in bound for stage in b.degraded)})
         stages: dict[str, float] = {}
         for b in bound:
             for stage, ms in b.timings_ms.items():
                 stages[stage] = stages.get(stage, 0.0) + ms
+        return self._respond(snippets, degraded, started, stages)
+
+    def _respond(
+        self, snippets: list[dict[str, Any]], degraded: list[str], started: float, stages: dict[str, float]
+    ) -> retrieval_pb2.RetrieveResponse:
+        for stage in degraded:
+            metrics.DEGRADED.labels(stage).inc()
         # Defence in depth: the pipeline's exits already dropped RESTRICTED; never let one reach the wire.
         safe = [s for s in snippets if not is_restricted(s.get("sensitivity", ""))]
         if len(safe) != len(snippets):
@@ -304,4 +380,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             default_mode=self.default_mode,
             remote_worker=self.remote_worker,
             max_query_chars=lim.max_query_chars,
+            visual_model=self._visual_model(),
         )
+
+    def _visual_model(self) -> str:
+        encoder = self.catalog.visual_encoder
+        if encoder is None:
+            return ""
+        try:
+            return str(encoder.name)
+        except BackendUnavailableError:
+            return ""  # the worker is unreachable now; Info still answers

@@ -32,6 +32,8 @@ def _lazy_factory(module: str, name: str) -> Callable[[str | None], Any]:
 _EMBEDDING = _lazy_factory("ragspine.retrieval.vector.embedding_backends", "make_embedding_backend")
 _RERANKER = _lazy_factory("ragspine.retrieval.rerank.cross_encoder", "make_reranker")
 _SPLADE = _lazy_factory("ragspine.models.sparse", "SpladeEncoder")
+# "colqwen2" / "colpali", optionally "family:model id or path" (see make_visual_encoder).
+_VISUAL = _lazy_factory("ragspine.retrieval.visual.factory", "make_visual_encoder")
 
 
 def _sparse(spec: str) -> Any:
@@ -46,6 +48,7 @@ class ModelFactories:
     embedding: Callable[[str], Any] = _EMBEDDING
     reranker: Callable[[str], Any] = _RERANKER
     sparse: Callable[[str], Any] = _sparse
+    visual: Callable[[str], Any] = _VISUAL
 
 
 class ModelRegistry:
@@ -57,11 +60,13 @@ class ModelRegistry:
         embedding_spec: str = "",
         sparse_spec: str = "",
         reranker_spec: str = "",
+        visual_spec: str = "",
         factories: ModelFactories | None = None,
     ) -> None:
         self.embedding_spec = embedding_spec
         self.sparse_spec = sparse_spec
         self.reranker_spec = reranker_spec
+        self.visual_spec = visual_spec
         self._factories = factories or ModelFactories()
         self._loaded: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
@@ -98,6 +103,16 @@ class ModelRegistry:
         """The reranker for ``spec`` (default: the configured one)."""
         return self._get("reranker", spec or self.reranker_spec, self._factories.reranker)
 
+    def visual(self) -> Any:
+        """The page/query multi-vector encoder (``VisualEncoder``: ``name``, ``dim``, ``embed_pages``,
+        ``embed_queries``)."""
+        return self._get("visual", self.visual_spec, self._factories.visual)
+
+    @property
+    def offers_visual(self) -> bool:
+        """True when a visual embedder is configured (it may not be loaded yet)."""
+        return bool(self.visual_spec) and self.visual_spec != "none"
+
     def warm_up(self) -> None:
         """Load every configured model now (used before reporting SERVING)."""
         for spec, load in ((self.embedding_spec, self.embedding), (self.sparse_spec, self.sparse)):
@@ -105,3 +120,5 @@ class ModelRegistry:
                 load()
         if self.reranker_spec and self.reranker_spec != "none":
             self.reranker()
+        if self.offers_visual:
+            self.visual()

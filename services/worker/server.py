@@ -26,7 +26,18 @@ def registry_from_settings(settings: Settings) -> ModelRegistry:
         sparse_spec=settings.sparse_model
         or ("splade" if make_retrieval_mode(settings.retrieval_mode).uses_sparse else ""),
         reranker_spec="" if settings.reranker in ("", "none") else settings.reranker,
+        visual_spec=visual_spec(settings),
     )
+
+
+def visual_spec(settings: Settings) -> str:
+    """``RAGSPINE_VISUAL_EMBEDDER`` and ``RAGSPINE_VISUAL_MODEL`` as one ``family[:model]`` spec, "" = off."""
+    family, _, inline = settings.visual_embedder.strip().partition(":")
+    family = family.strip().lower()
+    if family in ("", "none"):
+        return ""
+    model = inline.strip() or settings.visual_model.strip()
+    return f"{family}:{model}" if model else family
 
 
 def start_worker(

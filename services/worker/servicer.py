@@ -13,6 +13,11 @@ from ragspine.services._gen import common_pb2, model_worker_pb2, model_worker_pb
 from ragspine.services.common.errors import RequestTooLargeError
 from ragspine.services.worker.batcher import BatchOutcome, DynamicBatcher
 from ragspine.services.worker.models import ModelRegistry
+from ragspine.services.worker.visual import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    decode_png_images,
+    pack_multivector,
+)
 
 import ragspine
 
@@ -28,6 +33,10 @@ class WorkerLimits:
     max_input_chars: int = 8_192
     max_queue: int = 64
     max_concurrent: int = 1
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    # A page costs about as much as this many text tokens when batched with others (ColQwen2 at 100 dpi
+    # yields ~700-1,100 patches); the batcher's token budget then bounds pages per forward pass.
+    tokens_per_page: int = 1_024
 
 
 def _check_texts(texts: Sequence[str], limits: WorkerLimits, what: str = "texts") -> list[str]:
@@ -72,6 +81,14 @@ class ModelWorkerServicer(model_worker_pb2_grpc.ModelWorkerServiceServicer):
             max_batch_tokens=self.limits.max_batch_tokens,
             max_queue=self.limits.max_queue,
             max_concurrent=self.limits.max_concurrent,
+        )
+        per_page = min(self.limits.tokens_per_page, self.limits.max_batch_tokens)
+        self.page_batcher = DynamicBatcher(
+            name="worker-pages",
+            max_batch_tokens=self.limits.max_batch_tokens,
+            max_queue=self.limits.max_queue,
+            max_concurrent=self.limits.max_concurrent,
+            cost=lambda image: per_page,
         )
 
     def _submit(
@@ -148,6 +165,45 @@ class ModelWorkerServicer(model_worker_pb2_grpc.ModelWorkerServiceServicer):
             boundaries=boundaries, timings=_timings(outcome, started)
         )
 
+    def EmbedPages(
+        self, request: model_worker_pb2.EmbedPagesRequest, context: grpc.ServicerContext
+    ) -> model_worker_pb2.EmbedPagesResponse:
+        started = time.perf_counter()
+        if not request.images:
+            raise ValueError("images is empty: send at least one PNG page")
+        if len(request.images) > self.limits.max_client_batch:
+            raise RequestTooLargeError(
+                f"{len(request.images)} images in one request; the limit is {self.limits.max_client_batch}"
+            )
+        oversized = [i for i, b in enumerate(request.images) if len(b) > self.limits.max_image_bytes]
+        if oversized:
+            raise RequestTooLargeError(
+                f"images{oversized} exceed {self.limits.max_image_bytes} bytes: render at a lower dpi"
+            )
+        images = decode_png_images(request.images, max_image_bytes=self.limits.max_image_bytes)
+        encoder = self.registry.visual()
+        outcome = self.page_batcher.submit(
+            ("pages",), images, encoder.embed_pages, timeout_s=context.time_remaining()
+        )
+        return model_worker_pb2.EmbedPagesResponse(
+            vectors=[pack_multivector(v, request.dtype) for v in outcome.results],
+            model=encoder.name,
+            timings=_timings(outcome, started),
+        )
+
+    def EmbedVisualQuery(
+        self, request: model_worker_pb2.EmbedVisualQueryRequest, context: grpc.ServicerContext
+    ) -> model_worker_pb2.EmbedVisualQueryResponse:
+        started = time.perf_counter()
+        queries = _check_texts(request.queries, self.limits, "queries")
+        encoder = self.registry.visual()
+        outcome = self._submit(("visual-query",), queries, encoder.embed_queries, context)
+        return model_worker_pb2.EmbedVisualQueryResponse(
+            vectors=[pack_multivector(v, request.dtype) for v in outcome.results],
+            model=encoder.name,
+            timings=_timings(outcome, started),
+        )
+
     def Info(
         self, request: model_worker_pb2.ModelWorkerServiceInfoRequest, context: grpc.ServicerContext
     ) -> model_worker_pb2.ModelWorkerServiceInfoResponse:
@@ -163,4 +219,16 @@ class ModelWorkerServicer(model_worker_pb2_grpc.ModelWorkerServiceServicer):
             reranker_model=self.registry.reranker_spec,
             loaded_models=self.registry.loaded,
             version=ragspine.__version__,
+            max_image_bytes=lim.max_image_bytes,
+            **self._visual_info(),
         )
+
+    def _visual_info(self) -> dict[str, Any]:
+        # The encoder's name identifies its embedding space; the front stores it beside every page vector.
+        if not self.registry.offers_visual:
+            return {}
+        try:
+            encoder = self.registry.visual()
+        except Exception:  # a model that fails to load is reported by EmbedPages, not by Info
+            return {}
+        return {"visual_model": encoder.name, "visual_dim": int(encoder.dim)}

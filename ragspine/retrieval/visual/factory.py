@@ -34,6 +34,6 @@ def make_visual_encoder(
         )
     if family == "none":
         return None
-    chosen = model or inline_model.strip() or conf.extra.get("visual_model", "") or DEFAULT_MODELS[family]
+    chosen = model or inline_model.strip() or conf.visual_model or DEFAULT_MODELS[family]
     cls = ColPaliEncoder if family == "colpali" else ColQwen2Encoder
     return cls(chosen, device=device or conf.device)
