@@ -32,6 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--server", default=None, help="host:port of a running front (default: in-process)")
     parser.add_argument("--token", default=None, help="bearer token for --server (RAGSPINE_TOKEN)")
     parser.add_argument("--data-dir", default=None, help="data folder for in-process ingest")
+    parser.add_argument(
+        "--pages",
+        action="store_true",
+        help="also render every PDF page and index it for visual retrieval (needs RAGSPINE_VISUAL_EMBEDDER; "
+        "RESTRICTED documents are never rendered)",
+    )
+    parser.add_argument(
+        "--page-dpi", type=int, default=0, help="rendering resolution for --pages (10-600; default 100)"
+    )
     parser.set_defaults(func=_run)
 
 
@@ -80,6 +89,8 @@ def _requests(args: argparse.Namespace) -> Iterator[Any]:
             continue
         fields.setdefault("doc_id", path.stem)
         fields.setdefault("source_locator_prefix", path.name)
+        if getattr(args, "pages", False) and path.suffix.lower() == ".pdf":
+            fields.update(pages=True, page_dpi=args.page_dpi)
         doc = retrieval_pb2.Document(file=path.read_bytes(), filename=path.name, **fields)
         yield retrieval_pb2.IngestStreamRequest(library=args.library, document=doc)
 
@@ -115,4 +126,7 @@ def _run(args: argparse.Namespace) -> int:
         f"ingested {len(response.results)} documents into {args.library!r}: {written} chunks written, "
         f"{unchanged} unchanged ({response.timings.total_ms / 1000:.1f} s)"
     )
+    pages = sum(r.pages_indexed for r in response.results)
+    if pages:
+        print(f"{pages} pages rendered and indexed for visual retrieval")
     return 0
