@@ -301,7 +301,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         libraries = self._libraries_for(request.libraries)
         visual_snippets: list[dict[str, Any]] | None = None
         visual_degraded: list[str] = []
+        visual_ms: dict[str, float] = {}
         if visual_mode:
+            visual_started = time.perf_counter()
             try:
                 with call_deadline(context.time_remaining()):
                     shelves = [p for p in (lib.pages() for lib in libraries) if p is not None]
@@ -310,8 +312,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 # Text still answers; the flag tells the caller the page channel is missing.
                 _LOG.warning("visual retrieval degraded: %s", exc)
                 visual_degraded = ["visual"]
+            visual_ms["visual"] = (time.perf_counter() - visual_started) * 1e3
         if visual_snippets is not None and request.mode == retrieval_pb2.RETRIEVAL_MODE_VISUAL:
-            return self._respond(visual_snippets, visual_degraded, started, {})
+            return self._respond(visual_snippets, visual_degraded, started, visual_ms)
         bound: list[_BoundRetriever] = []
         indexes = []
         for library in libraries:
@@ -334,7 +337,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         if visual_snippets is not None:
             snippets = visual.fuse_text_and_visual(snippets, visual_snippets, top_k=top_k)
         degraded = sorted({*visual_degraded, *(stage for b in bound for stage in b.degraded)})
-        stages: dict[str, float] = {}
+        stages: dict[str, float] = dict(visual_ms)
         for b in bound:
             for stage, ms in b.timings_ms.items():
                 stages[stage] = stages.get(stage, 0.0) + ms

@@ -185,6 +185,7 @@ def test_pdf_pages_are_found_visually_and_by_text(make_stack: Callable[..., Stac
     scores = [s.scores.visual for s in visual.snippets]
     assert scores == sorted(scores, reverse=True)
     assert stack.recorder.queries == ["operating margin"]
+    assert visual.timings.stages_ms["visual"] > 0
 
     hybrid = _retrieve(stack, "operating margin", HYBRID_VISUAL, top_k=20)
     kinds = {s.is_visual for s in hybrid.snippets}
@@ -387,3 +388,66 @@ def test_real_filing_pdf_from_the_shared_samples(make_stack: Callable[..., Stack
     expected = _page_texts(pdf, "PEPSICO_2023_8K")
     assert sorted(s.source_locator for s in answer.snippets) == sorted(expected)
     assert all(s.prompt_text == expected[s.source_locator] and s.entity == "PepsiCo" for s in answer.snippets)
+
+
+def test_cli_ingest_pages_in_process_then_visual_retrieve(
+    tiny_colqwen: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Laptop mode: no worker, the encoder runs in the front's process and is chosen by the same settings.
+    from ragspine.services.client import LocalFront
+
+    from ragspine.cli import main
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "q3-report.pdf").write_bytes(make_text_pdf(OPEN_PAGES))
+    (folder / "notes.md").write_text("# Notes\n\nPlain notes are ingested as text only.\n", encoding="utf-8")
+    monkeypatch.setenv("RAGSPINE_VISUAL_EMBEDDER", "colqwen2")
+    monkeypatch.setenv("RAGSPINE_VISUAL_MODEL", str(tiny_colqwen))
+    monkeypatch.setenv("RAGSPINE_DEVICE", "cpu")
+    data = tmp_path / "data"
+    args = [
+        "ingest",
+        str(folder),
+        "--library",
+        "lab",
+        "--pages",
+        "--page-dpi",
+        str(DPI),
+        "--data-dir",
+        str(data),
+    ]
+    assert main(args) == 0
+    assert "3 pages rendered and indexed" in capsys.readouterr().out
+    front = LocalFront(Settings.from_env(data_dir=str(data)), load_models=False)
+    try:
+        answer = front.Retrieve(retrieval_pb2.RetrieveRequest(query="guidance", mode=VISUAL, top_k=10))
+    finally:
+        front.close()
+    assert sorted(s.source_locator for s in answer.snippets) == [f"q3-report#page={n}" for n in (1, 2, 3)]
+
+
+def test_worker_refuses_what_is_not_a_png_page(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack()
+    with grpc.insecure_channel(f"127.0.0.1:{stack.worker.port}") as channel:
+        stub = model_worker_pb2_grpc.ModelWorkerServiceStub(channel)
+        auth = (("authorization", "Bearer svc-token"),)
+        for images, words in (([], "images is empty"), ([b"GIF89a..."], "not a PNG")):
+            with pytest.raises(grpc.RpcError) as err:
+                stub.EmbedPages(model_worker_pb2.EmbedPagesRequest(images=images), metadata=auth, timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in err.value.details()
+    assert stack.recorder.pages == []
+
+
+def test_multivectors_round_trip_and_truncation_is_refused() -> None:
+    from ragspine.services.worker.visual import pack_multivector, unpack_multivector
+
+    vectors = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
+    exact = unpack_multivector(pack_multivector(vectors))
+    assert exact.dtype == np.float32 and np.array_equal(exact, vectors)
+    half = pack_multivector(vectors, model_worker_pb2.VECTOR_DTYPE_FLOAT16)
+    assert len(half.data) == 5 * 16 * 2
+    np.testing.assert_allclose(unpack_multivector(half), vectors, atol=1e-2)
+    half.data = half.data[:-2]
+    with pytest.raises(ValueError, match="needs 160 bytes"):
+        unpack_multivector(half)
