@@ -70,29 +70,35 @@ def assemble_index(
     *,
     embedding_backend: EmbeddingBackend | None = None,
     reranker: Reranker | None = None,
+    vector_namespace: str = "",
     **overrides: Any,
 ) -> NarrativeIndex:
-    """Build the index for ``store`` as ``settings`` describe; explicit components win over settings."""
+    """Build the index for ``store`` as ``settings`` describe; explicit components win over settings.
+
+    ``vector_namespace`` keeps libraries apart in a shared vector store: with pgvector, vectors go to the
+    table ``ragspine_vectors_<namespace>`` (a lower-case SQL identifier) instead of ``ragspine_vectors``.
+    Components given in ``overrides`` (``sparse_encoder=...``) are used as they are, never also built.
+    """
     mode = make_retrieval_mode(settings.retrieval_mode)
     backend = embedding_backend if embedding_backend is not None else resolve_embedding(settings, mode)
     vector_store = None
-    if backend is not None and settings.vector_store.strip().lower() not in (
-        "",
-        "memory",
-        "inprocess",
-        "none",
-    ):
+    store_kind = settings.vector_store.strip().lower()
+    if backend is not None and store_kind not in ("", "memory", "inprocess", "none"):
         from ragspine.retrieval.vector.store import make_vector_store
 
-        vector_store = make_vector_store(settings.vector_store)
+        table: dict[str, Any] = {}
+        if vector_namespace and store_kind in ("pgvector", "postgres", "postgresql"):
+            table["table"] = f"ragspine_vectors_{vector_namespace}"
+        vector_store = make_vector_store(settings.vector_store, **table)
     glossary = load_glossary(settings.glossary_path) if settings.glossary_path else None
     kwargs: dict[str, Any] = {
         "embedding_backend": backend,
         "query_rewriter": GlossaryQueryRewriter(glossary=glossary),
         "vector_store": vector_store,
         "reranker": reranker if reranker is not None else resolve_reranker(settings),
-        "sparse_encoder": resolve_sparse(settings, mode),
     }
+    if "sparse_encoder" not in overrides:
+        kwargs["sparse_encoder"] = resolve_sparse(settings, mode)
     if settings.filter_extractor.strip().lower() not in ("", "none"):
         from ragspine.retrieval.filtering.automatic import make_filter_extractor
 

@@ -29,6 +29,7 @@ from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.settings import Settings
+from ragspine.stores.pg_libraries import library_schema
 
 if TYPE_CHECKING:
     from ragspine.stores.pg_chunk_store import PgChunkStore
@@ -102,6 +103,8 @@ class Library:
                         embedding_backend=self.embedding_backend,
                         reranker=self.reranker,
                         sparse_encoder=self.sparse_encoder,
+                        # A shared vector store (pgvector) keeps each library's vectors in its own table.
+                        vector_namespace=library_schema(self.library_id),
                     )
                 self._indexes[lexical] = index
             return index
