@@ -55,8 +55,8 @@ def _xlmr_reranker(tiny: bool) -> Any:
         num_attention_heads=2 if tiny else 12,
         intermediate_size=64 if tiny else 3072,
         max_position_embeddings=514,
-        num_labels=1,
     )
+    config.num_labels = 1  # one relevance logit, as bge-reranker-base
     return transformers.XLMRobertaForSequenceClassification(config)
 
 

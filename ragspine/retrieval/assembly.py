@@ -106,7 +106,9 @@ def assemble_index(
     if settings.chunker.strip().lower() not in ("", "default"):
         from ragspine.retrieval.chunking.factory import make_chunker
 
-        kwargs["chunker"] = make_chunker(settings.chunker)
+        # The semantic chunker reuses the index's embedding backend instead of loading a second model.
+        chunker_kwargs = {"embedding_backend": backend} if backend is not None else {}
+        kwargs["chunker"] = make_chunker(settings.chunker, **chunker_kwargs)
     kwargs.update(overrides)
     log.info(
         "assembled index: mode=%s embedding=%s reranker=%s",
