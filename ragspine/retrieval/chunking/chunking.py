@@ -67,34 +67,49 @@ def chunk_document(
     ``meta.doc_id`` is empty or whitespace, ``text`` is not a ``str``, or ``text`` holds lone surrogates
     (bytes that were not valid UTF-8, decoded with ``surrogateescape``).
     """
-    _validate(text, meta, max_chars, overlap_chars)
+    validate_chunk_args(text, meta, max_chars, overlap_chars)
     paragraphs = _paragraph_spans(text)
     prefix = meta.source_locator_prefix or meta.doc_id
     chunks: list[Chunk] = []
     for (start, end), para_a, para_b in _chunk_spans(text, paragraphs, max_chars, overlap_chars):
-        seq = len(chunks)
-        chunks.append(
-            Chunk(
-                chunk_id=f"{meta.doc_id}#c{seq}",
-                doc_id=meta.doc_id,
-                seq=seq,
-                text=text[start:end],
-                source_locator=f"{prefix}#para{para_a}-{para_b}",
-                para_start=para_a,
-                para_end=para_b,
-                title=meta.title,
-                topic=meta.topic,
-                entity=meta.entity,
-                geography=meta.geography,
-                period=meta.period,
-                language=meta.language,
-                sensitivity=meta.sensitivity,
-            )
-        )
+        chunks.append(span_chunk(text, meta, len(chunks), start, end, para_a, para_b, prefix=prefix))
     return chunks
 
 
-def _validate(text: object, meta: DocumentMeta, max_chars: object, overlap_chars: object) -> None:
+def span_chunk(
+    text: str,
+    meta: DocumentMeta,
+    seq: int,
+    start: int,
+    end: int,
+    para_a: int,
+    para_b: int,
+    *,
+    prefix: str = "",
+) -> Chunk:
+    """The chunk covering ``text[start:end]`` (paragraphs ``para_a``..``para_b``, 1-based) with ``meta``'s
+    fields; ids and locators follow the published format. Shared by every chunker so they cannot drift."""
+    prefix = prefix or meta.source_locator_prefix or meta.doc_id
+    return Chunk(
+        chunk_id=f"{meta.doc_id}#c{seq}",
+        doc_id=meta.doc_id,
+        seq=seq,
+        text=text[start:end],
+        source_locator=f"{prefix}#para{para_a}-{para_b}",
+        para_start=para_a,
+        para_end=para_b,
+        title=meta.title,
+        topic=meta.topic,
+        entity=meta.entity,
+        geography=meta.geography,
+        period=meta.period,
+        language=meta.language,
+        sensitivity=meta.sensitivity,
+    )
+
+
+def validate_chunk_args(text: object, meta: DocumentMeta, max_chars: object, overlap_chars: object) -> None:
+    """The checks every chunker applies before splitting; ``ValueError`` saying what to fix."""
     if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars <= 0:
         raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
     if not isinstance(overlap_chars, int) or isinstance(overlap_chars, bool) or overlap_chars < 0:

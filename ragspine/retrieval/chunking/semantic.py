@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 
+from ragspine.retrieval.chunking.chunking import span_chunk, validate_chunk_args
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
 from ragspine.retrieval.lexical.types import EmbeddingBackend
@@ -107,7 +108,7 @@ class SemanticChunker:
         ``overlap_chars >= max_chars``, an empty ``meta.doc_id`` or a non-``str`` text.
         """
         budget = self.max_chars if max_chars is None else max_chars
-        _validate(text, meta, budget, overlap_chars)
+        validate_chunk_args(text, meta, budget, overlap_chars)
         units = sentence_units(text, budget)
         if not units:
             return []
@@ -119,29 +120,10 @@ class SemanticChunker:
                 groups.append((first, j - 1))
                 first = j
         groups.append((first, len(units) - 1))
-        prefix = meta.source_locator_prefix or meta.doc_id
-        chunks: list[Chunk] = []
-        for seq, (a, b) in enumerate(groups):
-            start, end, para_a, para_b = units[a][0], units[b][1], units[a][2], units[b][2]
-            chunks.append(
-                Chunk(
-                    chunk_id=f"{meta.doc_id}#c{seq}",
-                    doc_id=meta.doc_id,
-                    seq=seq,
-                    text=text[start:end],
-                    source_locator=f"{prefix}#para{para_a}-{para_b}",
-                    para_start=para_a,
-                    para_end=para_b,
-                    title=meta.title,
-                    topic=meta.topic,
-                    entity=meta.entity,
-                    geography=meta.geography,
-                    period=meta.period,
-                    language=meta.language,
-                    sensitivity=meta.sensitivity,
-                )
-            )
-        return chunks
+        return [
+            span_chunk(text, meta, seq, units[a][0], units[b][1], units[a][2], units[b][2])
+            for seq, (a, b) in enumerate(groups)
+        ]
 
     def _breakpoints(self, text: str, units: list[tuple[int, int, int]]) -> list[bool]:
         """``breaks[i]`` is True when a chunk should end between unit i and unit i + 1."""
@@ -159,17 +141,3 @@ class SemanticChunker:
         threshold = float(np.percentile(distances, self.breakpoint_percentile))
         # Strictly above: a document whose sentences are all equally related is not cut by meaning.
         return [bool(d > threshold + 1e-12) for d in distances]
-
-
-def _validate(text: object, meta: DocumentMeta, max_chars: object, overlap_chars: object) -> None:
-    if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars <= 0:
-        raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
-    if not isinstance(overlap_chars, int) or isinstance(overlap_chars, bool) or overlap_chars < 0:
-        raise ValueError(f"overlap_chars must be an integer >= 0, got {overlap_chars!r}")
-    if overlap_chars >= max_chars:
-        raise ValueError(f"overlap_chars ({overlap_chars}) must be smaller than max_chars ({max_chars})")
-    doc_id = getattr(meta, "doc_id", None)
-    if not isinstance(doc_id, str) or not doc_id.strip():
-        raise ValueError(f"meta.doc_id must be a non-empty string, got {doc_id!r}; give the document an id")
-    if not isinstance(text, str):
-        raise ValueError(f"text of document {doc_id!r} must be a str, got {type(text).__name__}")
