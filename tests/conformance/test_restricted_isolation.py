@@ -8,7 +8,7 @@ chunks into its statistics, and a link without exit #2, must both be caught by t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -99,9 +99,10 @@ def _mixed_docs() -> tuple[list[tuple[str, DocumentMeta]], list[tuple[str, Docum
 @pytest.mark.parametrize("hybrid", [False, True], ids=["lexical", "hybrid"])
 def test_restricted_leaves_no_trace(tmp_path: Path, hybrid: bool) -> None:
     base, mixed = _mixed_docs()
-    kwargs: Callable[[], dict[str, Any]] = lambda: (  # noqa: E731
-        {"embedding_backend": DeterministicEmbeddingBackend()} if hybrid else {}
-    )
+
+    def kwargs() -> dict[str, Any]:  # a fresh backend per index
+        return {"embedding_backend": DeterministicEmbeddingBackend()} if hybrid else {}
+
     clean = _build(tmp_path, "clean", base, **kwargs())
     dirty = _build(tmp_path, "dirty", mixed, **kwargs())
     assert dirty.index.store.count() > clean.index.store.count()  # RESTRICTED really was stored

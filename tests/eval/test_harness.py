@@ -12,6 +12,8 @@ import pytest
 from ragspine.eval.beir import load_beir
 from ragspine.eval.harness import run_eval
 from ragspine.retrieval.assembly import assemble_index
+from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.settings import Settings
 
 
@@ -33,7 +35,7 @@ def _write_beir(root: Path) -> Path:
     return root
 
 
-def _bm25(store):  # type: ignore[no-untyped-def]
+def _bm25(store: ChunkStore) -> NarrativeIndex:
     return assemble_index(store, Settings(retrieval_mode="bm25"))
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.types import DocumentMeta
+from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.settings import Settings
 
 
-def _index(tmp: Path, name: str, dsn: str, namespace: str):  # type: ignore[no-untyped-def]
+def _index(tmp: Path, name: str, dsn: str, namespace: str) -> NarrativeIndex:
     store = ChunkStore(tmp / f"{name}.db")
     settings = Settings(
         retrieval_mode="hybrid", embedding="deterministic", vector_store="pgvector", store_dsn=dsn
@@ -18,7 +21,7 @@ def _index(tmp: Path, name: str, dsn: str, namespace: str):  # type: ignore[no-u
     return assemble_index(store, settings, vector_namespace=namespace)
 
 
-def _pair(tmp_path: Path, pg_dsn: str, ns_a: str, ns_b: str):  # type: ignore[no-untyped-def]
+def _pair(tmp_path: Path, pg_dsn: str, ns_a: str, ns_b: str) -> tuple[NarrativeIndex, NarrativeIndex]:
     a = _index(tmp_path, "a", pg_dsn, ns_a)
     b = _index(tmp_path, "b", pg_dsn, ns_b)
     a.ingest("battery supplier shipment delayed", DocumentMeta("same"))
@@ -28,7 +31,7 @@ def _pair(tmp_path: Path, pg_dsn: str, ns_a: str, ns_b: str):  # type: ignore[no
     return a, b
 
 
-def test_libraries_do_not_share_vectors(tmp_path: Path, pg_dsn: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_libraries_do_not_share_vectors(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGSPINE_STORE_DSN", pg_dsn)
     a, b = _pair(tmp_path, pg_dsn, "lib_a", "lib_b")
     hit_a = a.retrieve("battery supplier", top_k=5)
@@ -38,10 +41,13 @@ def test_libraries_do_not_share_vectors(tmp_path: Path, pg_dsn: str, monkeypatch
     # b's only chunk has no word in common with the query: its vector score comes from b's own vector.
     assert all(r.chunk.text == "cloud subscriber churn rose" for r in hit_b)
     assert all(r.vector_score < 0.3 for r in hit_b)
-    assert a.retriever.vector_store.count() == 1 and b.retriever.vector_store.count() == 1
+    stores = [a.retriever.vector_store, b.retriever.vector_store]
+    assert all(vs is not None and vs.count() == 1 for vs in stores)
 
 
-def test_reverse_proof_one_shared_table_mixes_libraries(tmp_path: Path, pg_dsn: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_reverse_proof_one_shared_table_mixes_libraries(
+    tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("RAGSPINE_STORE_DSN", pg_dsn)
     a, _ = _pair(tmp_path, pg_dsn, "", "")  # no namespace: b's upsert overwrites a's vector
     assert a.retrieve("battery supplier", top_k=5)[0].vector_score < 0.3
