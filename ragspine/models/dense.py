@@ -21,11 +21,17 @@ from ragspine.models.tokenization import TextTokenizer, check_texts, l2_normalis
 _POOLINGS = ("mean", "cls", "last")
 
 
+# all-MiniLM-L6-v2 and SPLADE-tiny were trained on English only (their model cards say so).
+ENGLISH_ONLY: frozenset[str] = frozenset({"en"})
+
+
 class _DenseBackend:
     """Shared input checks, prefixing and the truncation counter."""
 
     name: str = "dense"
     dim: int = 0
+    # Languages the model reads (None = any); retrievers skip the dense channel for other queries.
+    languages: frozenset[str] | None = None
 
     def __init__(self, *, query_prefix: str = "", passage_prefix: str = "") -> None:
         self.query_prefix = query_prefix
@@ -89,6 +95,7 @@ class OnnxEmbeddingBackend(_DenseBackend):
 
                 onnx_file = export_encoder(tokenizer_dir)
             self.name = f"all-MiniLM-L6-v2-onnx-{'int8' if int8 else 'fp32'}"
+            self.languages = ENGLISH_ONLY
         else:
             onnx_file, tokenizer_dir = _locate_onnx(model_path, int8=int8)
             self.name = f"onnx:{Path(str(model_path)).name}"
@@ -168,6 +175,8 @@ class SentenceTransformerEmbeddingBackend(_DenseBackend):
             if model_name_or_path is None
             else f"st:{Path(str(model_name_or_path)).name}"
         )
+        if model_name_or_path is None:
+            self.languages = ENGLISH_ONLY
         self.device = select_device(device)
         self.dtype = dtype or select_dtype(self.device)
         self.pooling = pooling

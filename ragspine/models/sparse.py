@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ragspine.models.batching import BatchPolicy, run_batched
+from ragspine.models.dense import ENGLISH_ONLY
 from ragspine.models.device import make_onnx_session, select_device
 from ragspine.models.packaged import require, resolve_model_dir, splade_tiny_dir
 from ragspine.models.tokenization import TextTokenizer, check_texts
@@ -50,6 +51,8 @@ class SpladeEncoder:
             else resolve_model_dir(model_name_or_path, what="SPLADE model")
         )
         self.model_name = "splade-tiny" if model_name_or_path is None else Path(str(model_name_or_path)).name
+        # The packaged SPLADE-tiny reads English only; another checkpoint's languages are unknown (any).
+        self.languages: frozenset[str] | None = ENGLISH_ONLY if model_name_or_path is None else None
         self.top_k = top_k
         self.truncated = 0
         self._lock = threading.Lock()

@@ -31,6 +31,7 @@ from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.lexical.impact_index import ImpactIndex
 from ragspine.retrieval.lexical.inverted_index import InvertedIndex
+from ragspine.retrieval.lexical.language import query_language, reads_language
 from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
 from ragspine.retrieval.vector.store import VectorRecord, VectorStore
@@ -47,6 +48,8 @@ class SearchReport:
     degraded: list[str] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    # Channels left out for this query because their model does not read its language (not a failure).
+    skipped: list[str] = field(default_factory=list)
 
 
 def validate_query(query: object) -> str:
@@ -272,7 +275,10 @@ class HybridRetriever:
                         bm25[cid] = score
             report.timings_ms["lexical"] = (time.perf_counter() - t1) * 1000.0
             vector: dict[str, float] = {}
-            if self.embedding_backend is not None:
+            language = query_language(query)
+            if self.embedding_backend is not None and not reads_language(self.embedding_backend, language):
+                report.skipped.append(f"embedding (model does not read {language})")
+            elif self.embedding_backend is not None:
                 t2 = time.perf_counter()
                 try:
                     vector_hits = self._vector_ranking(query, candidates, k)
@@ -284,7 +290,10 @@ class HybridRetriever:
                     vector = dict(vector_hits)
                 report.timings_ms["vector"] = (time.perf_counter() - t2) * 1000.0
             sparse: dict[str, float] | None = None
-            if self.sparse_encoder is not None:
+            if self.sparse_encoder is not None and not reads_language(self.sparse_encoder, language):
+                report.skipped.append(f"sparse (model does not read {language})")
+                sparse = {}
+            elif self.sparse_encoder is not None:
                 t3 = time.perf_counter()
                 try:
                     sparse_hits = self._sparse_ranking(query, candidates, k)

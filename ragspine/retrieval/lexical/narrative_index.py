@@ -51,6 +51,7 @@ class RetrievalReport:
     degraded: tuple[str, ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()  # channels whose model does not read the query's language
 
 
 class NarrativeIndex:
@@ -264,7 +265,13 @@ class NarrativeIndex:
                 results = listwise_rerank(query, results, self.judge, top_n=n)
             timings["rerank"] = (time.perf_counter() - t1) * 1000.0
         timings["total"] = (time.perf_counter() - t0) * 1000.0
-        return RetrievalReport(results=results, degraded=tuple(degraded), timings_ms=timings, errors=errors)
+        return RetrievalReport(
+            results=results,
+            degraded=tuple(degraded),
+            timings_ms=timings,
+            errors=errors,
+            skipped=tuple(search.skipped),
+        )
 
     def _narrow(self, query: str, metadata_filter: MetadataFilter | None) -> MetadataFilter | None:
         """AND the automatically extracted filter (if any) with the caller's: extraction can only narrow."""

@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from operator import add
 
-_CJK_CLASS = "\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff"
+CJK_CLASS = "\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff"
 # One alternation keeps the tokens in text order: an ASCII word or a run of ideographs.
-_TOKEN_RE = re.compile(f"[A-Za-z0-9]+|[{_CJK_CLASS}]+")
+_TOKEN_RE = re.compile(f"[A-Za-z0-9]+|[{CJK_CLASS}]+")
 _ASCII_WORD_RE = re.compile("[a-z0-9]+")
 
 
