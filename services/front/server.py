@@ -57,8 +57,8 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
     worker = None
     if local:
         embedding = resolve_embedding(settings, mode)
-        reranker = resolve_reranker(settings)
         sparse = resolve_sparse(settings, mode)
+        reranker = resolve_reranker(settings, sparse)
         if visual_spec(settings):
             from ragspine.retrieval.visual.factory import make_visual_encoder
 

@@ -91,3 +91,42 @@ def test_reranker_scores_are_sparse_dot_products_and_rank_the_relevant_passage_f
 def test_sparse_dot_by_hand() -> None:
     assert sparse_dot({"a": 2.0, "b": 1.0}, {"b": 3.0, "c": 5.0}) == 3.0
     assert sparse_dot({}, {"a": 1.0}) == 0.0
+
+
+def test_passage_cache_returns_the_same_vectors_and_skips_re_encoding(encoder: SpladeEncoder) -> None:
+    cached = SpladeEncoder(onnx=True, threads=1, cache_size=10)
+    plain = SpladeEncoder(onnx=True, threads=1)
+    texts = [DOCS[0], DOCS[1], DOCS[0], DOCS[3]]  # a repeat inside one call is encoded once
+    first = cached.encode(texts)
+    assert first == plain.encode(texts)
+    assert (cached.cache_misses, cached.cache_hits) == (3, 1)
+    calls: list[int] = []
+    real = cached._weights
+    cached._weights = lambda feeds: calls.append(1) or real(feeds)  # type: ignore[method-assign]
+    again = cached.encode([DOCS[3], DOCS[0]])
+    assert calls == [] and again == [first[3], first[0]]
+    assert (cached.cache_misses, cached.cache_hits) == (3, 3)
+    # Callers get their own dicts: mutating one must not corrupt the cache.
+    again[0].clear()
+    assert cached.encode([DOCS[3]]) == [first[3]]
+
+
+def test_passage_cache_drops_the_least_recently_used(encoder: SpladeEncoder) -> None:
+    cached = SpladeEncoder(onnx=True, threads=1, cache_size=2)
+    cached.encode([DOCS[0], DOCS[1]])
+    cached.encode([DOCS[0]])  # DOCS[0] is now the most recently used
+    cached.encode([DOCS[3]])  # evicts DOCS[1]
+    misses = cached.cache_misses
+    cached.encode([DOCS[0], DOCS[3]])
+    assert cached.cache_misses == misses
+    cached.encode([DOCS[1]])
+    assert cached.cache_misses == misses + 1
+
+
+def test_bad_cache_size() -> None:
+    with pytest.raises(ValueError, match="cache_size"):
+        SpladeEncoder(cache_size=-1)
+
+
+def test_splade_reranker_declares_its_encoders_languages(encoder: SpladeEncoder) -> None:
+    assert SpladeReranker(encoder).languages == frozenset({"en"})

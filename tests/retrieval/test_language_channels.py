@@ -78,3 +78,50 @@ def test_packaged_english_models_declare_it() -> None:
     assert OnnxEmbeddingBackend().languages == frozenset({"en"})
     assert SpladeEncoder().languages == frozenset({"en"})
     assert E5EmbeddingBackend.languages is None  # multilingual-e5 reads Chinese
+
+
+class RecordingReranker:
+    """Scores by text length (so the order visibly changes) and records the queries it was asked."""
+
+    name = "recording"
+
+    def __init__(self, languages: frozenset[str] | None) -> None:
+        self.languages = languages
+        self.queries: list[str] = []
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        self.queries.append(query)
+        return [float(len(t)) for t in texts]
+
+
+def _rerank_index(tmp_path: Path, reranker: RecordingReranker) -> NarrativeIndex:
+    index = NarrativeIndex(ChunkStore(tmp_path / "r.db"), reranker=reranker)
+    index.ingest("营收下滑。", DocumentMeta("short"))
+    index.ingest("营收下滑，因为第三季度的需求疲软，而且原材料成本上涨。", DocumentMeta("long"))
+    index.ingest("Revenue fell.", DocumentMeta("en_short"))
+    index.ingest(
+        "Revenue fell in the third quarter as demand weakened across regions.", DocumentMeta("en_long")
+    )
+    return index
+
+
+def test_english_only_reranker_is_skipped_for_chinese_queries(tmp_path: Path) -> None:
+    reranker = RecordingReranker(frozenset({"en"}))
+    index = _rerank_index(tmp_path, reranker)
+    plain = index.retrieve_report("营收下滑", rerank=False)
+    report = index.retrieve_report("营收下滑")
+    assert reranker.queries == []
+    assert report.skipped == ("rerank (model does not read zh)",) and report.degraded == ()
+    assert [r.chunk.chunk_id for r in report.results] == [r.chunk.chunk_id for r in plain.results]
+    assert all(r.rerank_score is None for r in report.results)
+    english = index.retrieve_report("revenue fell")
+    assert reranker.queries == ["revenue fell"] and english.skipped == ()
+    assert english.results[0].chunk.doc_id == "en_long"  # the length scorer did reorder
+
+
+def test_reverse_proof_a_reranker_that_reads_everything_reorders_chinese(tmp_path: Path) -> None:
+    reranker = RecordingReranker(None)
+    index = _rerank_index(tmp_path, reranker)
+    report = index.retrieve_report("营收下滑")
+    assert reranker.queries == ["营收下滑"] and report.skipped == ()
+    assert report.results[0].chunk.doc_id == "long"

@@ -110,3 +110,36 @@ def test_packaged_splade_first_stage(tmp_path: Path) -> None:
     report = index.retrieve_report("how long does the battery last")
     assert report.results[0].chunk.doc_id == "a"
     assert report.results[0].sparse_score and report.results[0].sparse_score > 0
+
+
+@pytest.mark.slow
+def test_splade_rerank_shares_the_first_stage_encoder_and_its_encodings(tmp_path: Path) -> None:
+    store = ChunkStore(tmp_path / "s.db")
+    store.init_schema()
+    index = assemble_index(store, Settings(retrieval_mode="sparse", reranker="splade", device="cpu"))
+    encoder = index.retriever.sparse_encoder
+    assert index.reranker is not None and index.reranker.encoder is encoder  # type: ignore[attr-defined]
+    index.ingest("The battery pack lasts a ten-hour shift.", DocumentMeta("a"))
+    index.ingest("Remote work is allowed three days a week.", DocumentMeta("b"))
+    index.warm()
+    misses = encoder.cache_misses  # type: ignore[union-attr]
+    report = index.retrieve_report("how long does the battery last")
+    assert report.results[0].chunk.doc_id == "a" and report.results[0].rerank_score is not None
+    # Only the query was encoded: both passages came from what indexing had encoded.
+    assert encoder.cache_misses == misses  # type: ignore[union-attr]
+    assert report.skipped == () and report.degraded == ()
+
+
+@pytest.mark.slow
+def test_splade_rerank_with_another_model_or_mode_builds_its_own(tmp_path: Path) -> None:
+    from ragspine.models.packaged import splade_tiny_dir
+
+    store = ChunkStore(tmp_path / "s.db")
+    store.init_schema()
+    other = Settings(retrieval_mode="sparse", reranker="splade", reranker_model=str(splade_tiny_dir()))
+    index = assemble_index(store, other)
+    assert index.reranker.encoder is not index.retriever.sparse_encoder  # type: ignore[union-attr]
+    lexical = assemble_index(store, Settings(retrieval_mode="bm25", reranker="splade", device="cpu"))
+    reranker_encoder = lexical.reranker.encoder  # type: ignore[union-attr]
+    assert lexical.retriever.sparse_encoder is None
+    assert reranker_encoder.provider == "CPUExecutionProvider" and reranker_encoder.cache_size > 0

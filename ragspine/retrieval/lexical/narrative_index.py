@@ -25,6 +25,7 @@ from ragspine.retrieval.constants import (
 )
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of
 from ragspine.retrieval.lexical.hybrid import HybridRetriever, IndexTextFn, validate_top_k
+from ragspine.retrieval.lexical.language import query_language, reads_language
 from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.retrieval.rerank.listwise_rerank import ListwiseJudge, listwise_rerank
@@ -51,7 +52,7 @@ class RetrievalReport:
     degraded: tuple[str, ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-    skipped: tuple[str, ...] = ()  # channels whose model does not read the query's language
+    skipped: tuple[str, ...] = ()  # channels / rerank whose model does not read the query's language
 
 
 class NarrativeIndex:
@@ -253,6 +254,13 @@ class NarrativeIndex:
         degraded = list(search.degraded)
         errors = dict(search.errors)
         results = search.results
+        skipped = list(search.skipped)
+        if rerank and results and self.reranker is not None:
+            language = query_language(query)
+            if not reads_language(self.reranker, language):
+                # An English-only reranker reorders a Chinese query's head close to randomly: keep RRF order.
+                skipped.append(f"rerank (model does not read {language})")
+                rerank = False
         if rerank and results:
             t1 = time.perf_counter()
             if self.reranker is not None:
@@ -270,7 +278,7 @@ class NarrativeIndex:
             degraded=tuple(degraded),
             timings_ms=timings,
             errors=errors,
-            skipped=tuple(search.skipped),
+            skipped=tuple(skipped),
         )
 
     def _narrow(self, query: str, metadata_filter: MetadataFilter | None) -> MetadataFilter | None:
