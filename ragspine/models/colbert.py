@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ragspine.models.batching import BatchPolicy, run_batched
-from ragspine.models.device import select_device, select_dtype
+from ragspine.models.device import make_onnx_session, select_device, select_dtype
+from ragspine.models.onnx_rerank_export import export_colbert, onnx_threads, quantize_int8, select_runtime
 from ragspine.models.packaged import DEFAULT_COLBERT_ID, require, resolve_model_dir
 from ragspine.models.tokenization import Encoded, TextTokenizer, check_texts
 
@@ -60,9 +61,18 @@ class ColBERTReranker:
     """Reranker (``name == "colbert"``) scoring each passage by MaxSim against the query's token vectors.
 
     ``model_name_or_path``: a ColBERT checkpoint folder or Hub id (BERT weights under ``bert.*`` plus
-    ``linear.weight``). Documents over ``doc_max_length`` tokens are cut and counted in ``truncated``.
-    Raises ``ImportError`` naming the extra without torch/transformers, ``ValueError`` naming the id/path
-    when the checkpoint cannot be loaded or has no projection head.
+    ``linear.weight``). Documents over ``doc_max_length`` tokens are cut and counted in ``truncated``; both
+    lengths are capped at the encoder's position window (``max_position_embeddings``).
+
+    ``runtime``: ``"onnx"`` runs a float32 ONNX export of encoder + head + normalisation (made once,
+    cached under ``cache_dir()/onnx``) on onnxruntime with ``torch.get_num_threads()`` threads; MaxSim stays
+    in numpy. ``"torch"`` runs the checkpoint itself (bf16/fp16 on CUDA, fp32 on CPU, or ``dtype``);
+    ``"auto"`` picks onnx on CPU when onnxruntime imports, torch on CUDA. ``int8=True`` (onnx only) runs a
+    dynamically quantised copy of the export. ``encoder``/``projection`` exist on torch, ``session`` on onnx.
+
+    Raises ``ImportError`` naming the extra without torch/transformers (or onnxruntime for
+    ``runtime="onnx"``), ``ValueError`` naming the id/path when the checkpoint cannot be loaded or has no
+    projection head, or when ``runtime``/``int8``/``dtype`` contradict each other.
     """
 
     name = "colbert"
@@ -77,14 +87,40 @@ class ColBERTReranker:
         batch_tokens: int = 16384,
         max_batch_size: int = 64,
         dtype: Any = None,
+        runtime: str = "auto",
+        int8: bool = False,
     ) -> None:
         self._torch = require("torch")
         transformers = require("transformers")
         folder = resolve_model_dir(model_name_or_path, what="ColBERT checkpoint")
         self.model_name = str(model_name_or_path)
         self.device = select_device(device)
-        self.dtype = dtype or select_dtype(self.device)
+        self.runtime = select_runtime(runtime, self.device, int8=int8, dtype=dtype)
+        self.int8 = int8
         self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
+        self.session: Any = None
+        if self.runtime == "onnx":
+            self.dtype = self._torch.float32
+            self._open_onnx(folder)
+            config = self._read_config(folder, transformers)
+        else:
+            self.dtype = dtype or select_dtype(self.device)
+            self._load_torch(folder, transformers)
+            config = self.encoder.config
+        # Neither side may outgrow the position table (a longer input would fail inside the model).
+        window = int(getattr(config, "max_position_embeddings", 0) or 0) or doc_max_length
+        query_max_length, doc_max_length = min(query_max_length, window), min(doc_max_length, window)
+        # One slot is reserved for the marker token inserted after [CLS].
+        self.query_tokenizer = TextTokenizer.from_dir(folder, query_max_length - 1)
+        self.doc_tokenizer = TextTokenizer.from_dir(folder, doc_max_length - 1)
+        tok = self.doc_tokenizer.tokenizer
+        self._q_marker = tok.token_to_id(QUERY_MARKER)
+        self._d_marker = tok.token_to_id(DOC_MARKER)
+        self._mask_id = tok.token_to_id("[MASK]")
+        self.query_max_length = query_max_length
+        self.truncated = 0
+
+    def _load_torch(self, folder: Path, transformers: Any) -> None:
         projection = load_projection(folder)
         try:
             self.encoder = transformers.AutoModel.from_pretrained(str(folder), dtype=self.dtype)
@@ -99,15 +135,28 @@ class ColBERTReranker:
             )
         self.projection = self._torch.from_numpy(projection).to(self.device, self.dtype)  # (out, hidden)
         self.dim = int(projection.shape[0])
-        # One slot is reserved for the marker token inserted after [CLS].
-        self.query_tokenizer = TextTokenizer.from_dir(folder, query_max_length - 1)
-        self.doc_tokenizer = TextTokenizer.from_dir(folder, doc_max_length - 1)
-        tok = self.doc_tokenizer.tokenizer
-        self._q_marker = tok.token_to_id(QUERY_MARKER)
-        self._d_marker = tok.token_to_id(DOC_MARKER)
-        self._mask_id = tok.token_to_id("[MASK]")
-        self.query_max_length = query_max_length
-        self.truncated = 0
+
+    def _read_config(self, folder: Path, transformers: Any) -> Any:
+        try:
+            return transformers.AutoConfig.from_pretrained(str(folder))
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"ColBERT checkpoint {self.model_name!r} could not be loaded: {exc}") from exc
+
+    def _open_onnx(self, folder: Path) -> None:
+        try:
+            graph = export_colbert(folder)
+            if self.int8:
+                graph = quantize_int8(graph)
+        except ValueError as exc:
+            raise ValueError(f"ColBERT checkpoint {self.model_name!r} could not be loaded: {exc}") from exc
+        self.session = make_onnx_session(graph, device=self.device, threads=onnx_threads())
+        self._input_names = [i.name for i in self.session.session.get_inputs()]
+        width = self.session.session.get_outputs()[0].shape[-1]  # the head's output size, fixed in the graph
+        if not isinstance(width, int):
+            raise ValueError(
+                f"ColBERT export {str(graph)!r} has no fixed vector size; delete it to re-export"
+            )
+        self.dim = width
 
     def _with_marker(self, encoded: Encoded, marker: int | None) -> Encoded:
         if marker is None:  # vocabulary without ColBERT's reserved tokens: no marker
@@ -116,13 +165,18 @@ class ColBERTReranker:
         types = [[*row[:1], 0, *row[1:]] for row in encoded.type_ids]
         return Encoded(ids=ids, type_ids=types, truncated=encoded.truncated)
 
-    def _vectors(self, feeds: dict[str, np.ndarray]) -> Any:
+    def _vectors(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """Unit-length token vectors (batch, seq, dim) float32, padded positions included."""
+        if self.session is not None:
+            out = self.session.session.run(None, {k: feeds[k] for k in self._input_names})[0]
+            return np.asarray(out, dtype=np.float32)
         torch = self._torch
         inputs = {k: torch.from_numpy(v).to(self.device) for k, v in feeds.items()}
         with torch.inference_mode():
             hidden = self.encoder(**inputs).last_hidden_state  # (batch, seq, hidden)
             projected = hidden @ self.projection.T  # (batch, seq, dim)
-            return torch.nn.functional.normalize(projected.float(), dim=-1)
+            vectors = torch.nn.functional.normalize(projected.float(), dim=-1)
+        return np.asarray(vectors.cpu().numpy())
 
     def encode_query(self, query: str) -> np.ndarray:
         """Query token vectors (query_max_length, dim), unit length, [MASK]-augmented."""
@@ -137,7 +191,7 @@ class ColBERTReranker:
             "attention_mask": np.ones((1, n), dtype=np.int64),
             "token_type_ids": np.zeros((1, n), dtype=np.int64),
         }
-        return np.asarray(self._vectors(feeds)[0].cpu().numpy())
+        return self._vectors(feeds)[0]
 
     def encode_docs(self, texts: list[str]) -> list[np.ndarray]:
         """Per-document token vectors (tokens_i, dim), unit length, padding removed."""
@@ -146,7 +200,7 @@ class ColBERTReranker:
 
         def run(positions: list[int]) -> list[np.ndarray]:
             feeds = self.doc_tokenizer.pad(encoded, positions)
-            vectors = self._vectors(feeds).cpu().numpy()  # (batch, seq, dim)
+            vectors = self._vectors(feeds)  # (batch, seq, dim)
             return [vectors[row, : len(encoded.ids[i])] for row, i in enumerate(positions)]
 
         return run_batched(encoded.lengths, self.policy, run)
