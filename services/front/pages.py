@@ -114,6 +114,7 @@ class LibraryPages:
         self.store = VisualPageStore(db_path)
         self._lock = threading.Lock()
         self._index: VisualPageIndex | None = None
+        self.last_reused = 0  # pages the last replace_doc kept without embedding them again
 
     def close(self) -> None:
         self.store.close()
@@ -131,24 +132,37 @@ class LibraryPages:
     def replace_doc(self, records: Sequence[PageRecord], *, doc_id: str) -> int:
         """Make ``records`` the stored pages of ``doc_id``; returns the pages stored.
 
-        Embeds first: when the encoder fails (``BackendUnavailableError``, ``ValueError``) nothing stored
-        changes. RESTRICTED records are dropped before the encoder sees them; a RESTRICTED document thus
-        ends with no pages (its earlier version's pages are removed).
+        Only pages whose rendered image changed (or that this encoder has not embedded) are sent to the
+        encoder; an unchanged page keeps its stored vectors (``last_reused`` counts them). Embeds first:
+        when the encoder fails (``BackendUnavailableError``, ``ValueError``) nothing stored changes.
+        RESTRICTED records are dropped before the encoder sees them; a RESTRICTED document thus ends with
+        no pages (its earlier version's pages are removed).
         """
         allowed = [r for r in records if not is_restricted(r.sensitivity)]
         for record in allowed:
             if record.doc_id != doc_id or record.library != self.library_id:
                 raise ValueError(f"page {record.locator} does not belong to {self.library_id}/{doc_id}")
-        vectors: list[np.ndarray] = self.encoder.embed_pages([r.image for r in allowed]) if allowed else []
-        if len(vectors) != len(allowed):
-            raise ValueError(f"encoder returned {len(vectors)} pages for {len(allowed)} images")
-        had_pages = self.has_doc(doc_id)
-        if not allowed and not had_pages:
+        stored = self.store.page_digests(doc_id, library=self.library_id)
+        embed = [
+            r
+            for r in allowed
+            if r.image is None
+            or stored.get(r.page) != (r.image_digest, self.encoder.name)
+            or not stored[r.page][0]
+        ]
+        vectors: list[np.ndarray] = self.encoder.embed_pages([r.image for r in embed]) if embed else []
+        if len(vectors) != len(embed):
+            raise ValueError(f"encoder returned {len(vectors)} pages for {len(embed)} images")
+        self.last_reused = len(allowed) - len(embed)
+        if not allowed and not stored:
             return 0
-        # Two short transactions; the vectors are already computed, so the window between them holds no
-        # model call that could fail.
-        self.store.delete_doc(doc_id, library=self.library_id)
-        written = self.store.put_pages(allowed, vectors, encoder=self.encoder.name) if allowed else 0
+        written = self.store.replace_doc(
+            doc_id,
+            allowed,
+            {r.page: v for r, v in zip(embed, vectors, strict=True)},
+            encoder=self.encoder.name,
+            library=self.library_id,
+        )
         with self._lock:
             self._index = None  # re-hydrated from the store on the next query
         return written

@@ -309,6 +309,34 @@ def test_pages_persist_across_front_and_worker_restart(
     assert second.recorder.pages == [], "stored multi-vectors are reused, not re-embedded"
 
 
+def test_re_ingesting_unchanged_pages_embeds_only_what_changed(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack()
+    pdf = make_text_pdf(OPEN_PAGES)
+    _ingest(stack, _pdf_doc("q3-report", pdf, topic="finance"))
+    assert len(stack.recorder.pages) == len(OPEN_PAGES)
+    stack.recorder.pages.clear()
+    # Same file, new metadata: no page is embedded again, and the new metadata is what filters see.
+    response = _ingest(stack, _pdf_doc("q3-report", pdf, topic="strategy"))
+    assert response.results[0].pages_indexed == len(OPEN_PAGES)
+    assert stack.recorder.pages == []
+    for topic, expected in (("strategy", len(OPEN_PAGES)), ("finance", 0)):
+        condition = retrieval_pb2.FilterCondition(field="topic", op="eq", string_value=topic)
+        narrowed = _retrieve(stack, "outlook", VISUAL, top_k=5, filters=[condition]).snippets
+        assert len(narrowed) == expected and all(s.topic == "strategy" for s in narrowed)
+    # One page changed: exactly that page goes to the worker; a dropped page disappears.
+    changed = make_text_pdf([OPEN_PAGES[0], "Revised operating margin table"])
+    _ingest(stack, _pdf_doc("q3-report", changed, topic="strategy"))
+    assert len(stack.recorder.pages) == 1
+    locators = {s.source_locator for s in _retrieve(stack, "outlook", VISUAL, top_k=10).snippets}
+    assert locators == {"q3-report#page=1", "q3-report#page=2"}
+    # Another resolution is another input to the model: every page is embedded again.
+    stack.recorder.pages.clear()
+    again = _pdf_doc("q3-report", changed, topic="strategy")
+    again.page_dpi = DPI + 10
+    _ingest(stack, again)
+    assert len(stack.recorder.pages) == 2
+
+
 def test_worker_down_degrades_to_a_text_answer(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack()
     _ingest(stack, _pdf_doc("q3-report", make_text_pdf(OPEN_PAGES)))

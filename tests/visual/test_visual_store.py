@@ -133,3 +133,71 @@ def test_delete_and_lookup(tmp_path) -> None:
 def test_unknown_settings_are_rejected(tmp_path, kwargs) -> None:
     with pytest.raises(ValueError):
         VisualPageStore(tmp_path / "p.db", **kwargs)
+
+
+def _image_records(n: int, *, doc: str = "doc", shade: int = 0, **fields: object) -> list[PageRecord]:
+    from PIL import Image
+
+    return [
+        PageRecord(doc, i + 1, image=Image.new("RGB", (8, 8), (shade, i, 0)), text=f"p{i + 1}", **fields)  # type: ignore[arg-type]
+        for i in range(n)
+    ]
+
+
+def test_replace_doc_keeps_stored_vectors_updates_fields_and_drops_gone_pages(tmp_path) -> None:
+    store = VisualPageStore(tmp_path / "p.db", dtype="float32")
+    first = _image_records(3, metadata={"topic": "old"})
+    store.put_pages(first, _vectors(3), encoder="enc")
+    digests = store.page_digests("doc")
+    assert digests == {r.page: (r.image_digest, "enc") for r in first} and all(d for d, _ in digests.values())
+    kept = store.load(keys=[("", "doc", 1)])[0].vectors
+    second = _image_records(2, metadata={"topic": "new"})  # page 3 is gone, page 2 gets new vectors
+    fresh = _vectors(1, seed=7)[0]
+    assert store.replace_doc("doc", second, {2: fresh}, encoder="enc") == 2
+    pages = store.load()
+    assert [p.page for p in pages] == [1, 2]
+    assert np.array_equal(pages[0].vectors, kept)  # reused byte for byte
+    assert np.array_equal(pages[1].vectors, fresh)
+    assert [p.metadata["topic"] for p in pages] == ["new", "new"]
+
+
+def test_replace_doc_refusals_change_nothing(tmp_path) -> None:
+    store = VisualPageStore(tmp_path / "p.db")
+    store.put_pages(_image_records(2), _vectors(2), encoder="enc")
+    before = [(p.page, p.metadata, p.vectors.tobytes()) for p in store.load()]
+    records = _image_records(3, metadata={"topic": "x"})
+    with pytest.raises(ValueError, match="none stored to keep"):  # page 3 has no vectors anywhere
+        store.replace_doc("doc", records, {}, encoder="enc")
+    with pytest.raises(ValueError, match="not in records"):
+        store.replace_doc("doc", records[:1], {2: _vectors(1)[0]}, encoder="enc")
+    with pytest.raises(ValueError, match="does not belong"):
+        store.replace_doc("other", records[:1], {}, encoder="enc")
+    with pytest.raises(ValueError, match="RESTRICTED"):
+        store.replace_doc("doc", _image_records(1, sensitivity="RESTRICTED"), {}, encoder="enc")
+    with pytest.raises(ValueError, match="NaN"):
+        store.replace_doc("doc", records[:1], {1: np.full((2, 16), np.nan, np.float32)}, encoder="enc")
+    assert [(p.page, p.metadata, p.vectors.tobytes()) for p in store.load()] == before
+
+
+def test_a_store_written_before_image_digests_opens_and_reads(tmp_path) -> None:
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "CREATE TABLE visual_pages (library TEXT NOT NULL, doc_id TEXT NOT NULL, page INTEGER NOT NULL, "
+        "locator TEXT NOT NULL, sensitivity TEXT NOT NULL, metadata TEXT NOT NULL, text TEXT NOT NULL, "
+        "encoder TEXT NOT NULL, dtype TEXT NOT NULL, n_vectors INTEGER NOT NULL, dim INTEGER NOT NULL, "
+        "blob BLOB NOT NULL, PRIMARY KEY (library, doc_id, page))"
+    )
+    block = np.ones((2, 4), np.float16)
+    conn.execute(
+        "INSERT INTO visual_pages VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        ("", "doc", 1, "doc#page=1", "INTERNAL", "{}", "t", "enc", "float16", 2, 4, block.tobytes()),
+    )
+    conn.commit()
+    conn.close()
+    store = VisualPageStore(db)
+    (page,) = store.load()
+    assert page.image_sha == "" and np.array_equal(page.vectors, block)
+    assert store.page_digests("doc") == {1: ("", "enc")}  # no digest: the page will be embedded again

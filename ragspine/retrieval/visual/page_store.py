@@ -2,7 +2,8 @@
 
 One table, ``visual_pages``, keyed by (library, doc_id, page). Each row keeps the page locator, its
 sensitivity and filter metadata (JSON), the text layer (used only as a prompt lead), the encoder name,
-and the vectors as one blob with their storage dtype and shape:
+the SHA-256 of the rendered image (so an unchanged page is not embedded again when its document is
+re-ingested), and the vectors as one blob with their storage dtype and shape:
 
 - ``float16`` (default): ``n_vectors x dim x 2`` bytes per page;
 - ``float32``: twice that, bit-exact with what the encoder returned;
@@ -44,9 +45,15 @@ CREATE TABLE IF NOT EXISTS visual_pages (
     n_vectors   INTEGER NOT NULL,
     dim         INTEGER NOT NULL,
     blob        BLOB NOT NULL,
+    image_sha   TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (library, doc_id, page)
 )
 """
+_MARKS = ",".join("?" * 13)
+_COLUMNS = (
+    "library, doc_id, page, locator, sensitivity, metadata, text, encoder, dtype, n_vectors, dim, blob, "
+    "image_sha"
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ class StoredPage:
     dtype: str = "float16"
     vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float16))
     stored_bytes: int = 0
+    image_sha: str = ""
 
 
 def _encode(vectors: np.ndarray, dtype: str) -> bytes:
@@ -102,6 +110,9 @@ class VisualPageStore:
         if self.db_path != ":memory:":
             self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(_SCHEMA)
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(visual_pages)")}
+        if "image_sha" not in columns:  # a store written before image digests: additive migration
+            self._conn.execute("ALTER TABLE visual_pages ADD COLUMN image_sha TEXT NOT NULL DEFAULT ''")
         self._conn.commit()
 
     def close(self) -> None:
@@ -126,38 +137,93 @@ class VisualPageStore:
         """
         if len(records) != len(vectors):
             raise ValueError(f"{len(records)} pages but {len(vectors)} vector blocks; they must pair up")
-        rows = []
-        for record, block in zip(records, vectors, strict=True):
-            if is_restricted(record.sensitivity):
-                raise ValueError(f"page {record.locator} is RESTRICTED; its vectors must not be stored")
-            page_vecs = np.asarray(block, dtype=np.float32)
-            if page_vecs.ndim != 2 or page_vecs.shape[0] == 0 or page_vecs.shape[1] == 0:
-                raise ValueError(
-                    f"page {record.locator}: expected (n_patches, dim) vectors, got {page_vecs.shape}"
-                )
-            if not np.isfinite(page_vecs).all():
-                raise ValueError(f"page {record.locator}: vectors contain NaN or infinity")
-            if self.pool_factor > 1:
-                page_vecs = pool_tokens(page_vecs, self.pool_factor)
-            rows.append(
-                (
-                    record.library,
-                    record.doc_id,
-                    record.page,
-                    page_locator(record.doc_id, record.page),
-                    record.sensitivity,
-                    json.dumps(dict(record.metadata), sort_keys=True),
-                    record.text,
-                    encoder,
-                    self.dtype,
-                    page_vecs.shape[0],
-                    page_vecs.shape[1],
-                    _encode(page_vecs, self.dtype),
-                )
-            )
+        rows = [self._row(record, block, encoder) for record, block in zip(records, vectors, strict=True)]
         with self._transaction() as conn:
-            conn.executemany("INSERT OR REPLACE INTO visual_pages VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            conn.executemany(f"INSERT OR REPLACE INTO visual_pages ({_COLUMNS}) VALUES ({_MARKS})", rows)
         return len(rows)
+
+    def page_digests(self, doc_id: str, *, library: str = "") -> dict[int, tuple[str, str]]:
+        """``{page: (image_sha, encoder)}`` of the stored pages of ``doc_id`` (``""`` sha: not recorded)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT page, image_sha, encoder FROM visual_pages WHERE doc_id = ? AND library = ?",
+                (doc_id, library),
+            ).fetchall()
+        return {int(page): (str(sha), str(enc)) for page, sha, enc in rows}
+
+    def replace_doc(
+        self,
+        doc_id: str,
+        records: Sequence[PageRecord],
+        fresh: Mapping[int, np.ndarray],
+        *,
+        encoder: str,
+        library: str = "",
+    ) -> int:
+        """Make ``records`` the stored pages of ``doc_id`` in one transaction; returns the pages stored.
+
+        ``fresh`` maps page numbers to newly computed vectors; a record without an entry keeps the vectors
+        already stored for that page (its sensitivity, metadata and text are updated). Pages of the old
+        version that are not in ``records`` are removed. Raises ``ValueError`` — before anything changes —
+        for a record of another document or library, a RESTRICTED record, bad vectors, a page in ``fresh``
+        that is not a record, or a reused page that is not stored.
+        """
+        pages = {r.page for r in records}
+        for record in records:
+            if record.doc_id != doc_id or record.library != library:
+                raise ValueError(f"page {record.locator} does not belong to {library}/{doc_id}")
+            if is_restricted(record.sensitivity):
+                raise ValueError(f"page {record.locator} is RESTRICTED; it must not be stored")
+        if set(fresh) - pages:
+            raise ValueError(f"vectors given for pages {sorted(set(fresh) - pages)} that are not in records")
+        stored = self.page_digests(doc_id, library=library)
+        kept = [r for r in records if r.page not in fresh]
+        missing = [r.locator for r in kept if r.page not in stored]
+        if missing:
+            raise ValueError(f"pages {missing} have no new vectors and none stored to keep")
+        rows = [self._row(r, fresh[r.page], encoder) for r in records if r.page in fresh]
+        updates = [
+            (r.sensitivity, json.dumps(dict(r.metadata), sort_keys=True), r.text, library, doc_id, r.page)
+            for r in kept
+        ]
+        gone = [(library, doc_id, page) for page in stored if page not in pages]
+        with self._transaction() as conn:
+            conn.executemany("DELETE FROM visual_pages WHERE library = ? AND doc_id = ? AND page = ?", gone)
+            conn.executemany(
+                "UPDATE visual_pages SET sensitivity = ?, metadata = ?, text = ? "
+                "WHERE library = ? AND doc_id = ? AND page = ?",
+                updates,
+            )
+            conn.executemany(f"INSERT OR REPLACE INTO visual_pages ({_COLUMNS}) VALUES ({_MARKS})", rows)
+        return len(records)
+
+    def _row(self, record: PageRecord, block: np.ndarray, encoder: str) -> tuple:
+        if is_restricted(record.sensitivity):
+            raise ValueError(f"page {record.locator} is RESTRICTED; its vectors must not be stored")
+        page_vecs = np.asarray(block, dtype=np.float32)
+        if page_vecs.ndim != 2 or page_vecs.shape[0] == 0 or page_vecs.shape[1] == 0:
+            raise ValueError(
+                f"page {record.locator}: expected (n_patches, dim) vectors, got {page_vecs.shape}"
+            )
+        if not np.isfinite(page_vecs).all():
+            raise ValueError(f"page {record.locator}: vectors contain NaN or infinity")
+        if self.pool_factor > 1:
+            page_vecs = pool_tokens(page_vecs, self.pool_factor)
+        return (
+            record.library,
+            record.doc_id,
+            record.page,
+            page_locator(record.doc_id, record.page),
+            record.sensitivity,
+            json.dumps(dict(record.metadata), sort_keys=True),
+            record.text,
+            encoder,
+            self.dtype,
+            page_vecs.shape[0],
+            page_vecs.shape[1],
+            _encode(page_vecs, self.dtype),
+            record.image_digest,
+        )
 
     def delete_doc(self, doc_id: str, *, library: str | None = None) -> int:
         """Remove every page of ``doc_id`` (in ``library`` only, when given); returns the rows removed."""
@@ -185,11 +251,12 @@ class VisualPageStore:
                     row
                     for key in sorted(set(keys))
                     for row in self._conn.execute(
-                        "SELECT * FROM visual_pages WHERE library = ? AND doc_id = ? AND page = ?", key
+                        f"SELECT {_COLUMNS} FROM visual_pages WHERE library = ? AND doc_id = ? AND page = ?",
+                        key,
                     ).fetchall()
                 ]
             return [self._row_to_page(row, with_vectors) for row in rows]
-        sql = "SELECT * FROM visual_pages"
+        sql = f"SELECT {_COLUMNS} FROM visual_pages"
         params: tuple[str, ...] = ()
         if library is not None:
             sql += " WHERE library = ?"
@@ -203,7 +270,7 @@ class VisualPageStore:
         """The stored page at ``locator`` without its vectors, or ``None`` when it is not stored."""
         with self._lock:
             row = self._conn.execute(
-                "SELECT * FROM visual_pages WHERE locator = ? AND library = ?", (locator, library)
+                f"SELECT {_COLUMNS} FROM visual_pages WHERE locator = ? AND library = ?", (locator, library)
             ).fetchone()
         return None if row is None else self._row_to_page(row, with_vectors=False)
 
@@ -235,6 +302,7 @@ class VisualPageStore:
             n_vectors,
             dim,
             blob,
+            image_sha,
         ) = row
         vectors = _decode(blob, dtype, n_vectors, dim) if with_vectors else np.zeros((0, dim), np.float16)
         return StoredPage(
@@ -249,4 +317,5 @@ class VisualPageStore:
             dtype=dtype,
             vectors=vectors,
             stored_bytes=len(blob),
+            image_sha=image_sha,
         )

@@ -6,6 +6,7 @@ on first use so that ``ragspine`` stays importable without them.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,11 @@ class PageRecord:
     @property
     def locator(self) -> str:
         return page_locator(self.doc_id, self.page)
+
+    @property
+    def image_digest(self) -> str:
+        """``image_digest(self.image)``; ``""`` without a PIL image (such a page is always embedded)."""
+        return image_digest(self.image) if hasattr(self.image, "tobytes") else ""
 
     @property
     def restricted(self) -> bool:
@@ -147,3 +153,11 @@ def render_pdf_pages(
         return records
     finally:
         pdf.close()
+
+
+def image_digest(image: Any) -> str:
+    """SHA-256 (hex) of a rendered page's pixels, mode and size: equal digests mean the encoder would see the
+    same input, so stored vectors can be reused instead of embedding the page again."""
+    digest = hashlib.sha256(f"{image.mode}:{image.size[0]}x{image.size[1]}:".encode())
+    digest.update(image.tobytes())
+    return digest.hexdigest()
