@@ -8,14 +8,21 @@ Two loaders sit behind ``ColPaliEncoder`` / ``ColQwen2Encoder``:
 
 - transformers-native (``ColPaliForRetrieval`` / ``ColQwen2ForRetrieval``, ``*-hf`` checkpoints such as
   ``vidore/colqwen2-v1.0-hf``) — runs on the CPU torch wheel with the PIL image processors;
-- ``colpali_engine`` (adapter checkpoints such as ``vidore/colqwen2-v1.0``) — used when that package
-  imports (it needs torchvision) and the transformers-native load does not apply.
+- ``colpali_engine`` (its own checkpoints: a backbone config such as ``qwen2_vl`` / ``paligemma``, or a
+  PEFT adapter over one, e.g. ``vidore/colqwen2-v1.0``) — needs that package to import (it needs a
+  torchvision matching torch; ``scripts/engine_env.sh`` builds such a venv).
+
+``backend="auto"`` reads the checkpoint's ``config.json`` (through ``adapter_config.json`` to the base
+model for an adapter) and picks the loader that owns that format. Reading first matters: handed a config
+of another format, either loader builds a full-size randomly initialised model from default settings (GBs
+of memory for vectors that mean nothing) instead of failing.
 
 torch / transformers are imported on first use.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -94,10 +101,60 @@ def colpali_engine_available() -> bool:
     return True
 
 
+def _read_checkpoint_json(model_name_or_path: str, filename: str) -> dict[str, Any] | None:
+    """``filename`` of a local directory or hub checkpoint as a dict; ``None`` if absent or unreachable."""
+    local = Path(model_name_or_path)
+    if local.is_dir():
+        target = local / filename
+        resolved: str | None = str(target) if target.is_file() else None
+    else:
+        try:
+            from transformers.utils import cached_file
+
+            resolved = cached_file(
+                model_name_or_path,
+                filename,
+                _raise_exceptions_for_missing_entries=False,
+                _raise_exceptions_for_connection_errors=False,
+            )
+        except (OSError, ValueError):  # a malformed id or an unreachable hub: the loader reports it
+            return None
+    if resolved is None:
+        return None
+    try:
+        loaded = json.loads(Path(resolved).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{filename} of {model_name_or_path!r} is not readable JSON: {exc}") from None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def checkpoint_model_type(model_name_or_path: str | Path) -> tuple[str | None, bool]:
+    """``(model_type, is_adapter)`` of a checkpoint, without loading any weights.
+
+    For a PEFT adapter (``adapter_config.json`` and no ``config.json``) the model type is its base model's.
+    ``model_type`` is ``None`` when no config can be read (hub unreachable, base model not found). Raises
+    ``ValueError`` when a config file exists but is not JSON.
+    """
+    name = str(model_name_or_path)
+    config = _read_checkpoint_json(name, "config.json")
+    if config is not None:
+        return (str(config["model_type"]) if config.get("model_type") else None), False
+    adapter = _read_checkpoint_json(name, "adapter_config.json")
+    if adapter is None:
+        return None, False
+    base = adapter.get("base_model_name_or_path")
+    base_config = _read_checkpoint_json(str(base), "config.json") if base else None
+    model_type = base_config.get("model_type") if base_config else None
+    return (str(model_type) if model_type else None), True
+
+
 class _LateInteractionEncoder:
     """Shared loading and batching; subclasses name the model family and its classes."""
 
     family = ""
+    # config.json model_type of a transformers-native checkpoint and of a colpali_engine one (or its base).
+    native_model_type = ""
+    engine_model_type = ""
     model: Any
     processor: Any
 
@@ -158,22 +215,96 @@ class _LateInteractionEncoder:
 
     # -- loading ---------------------------------------------------------------------------------------
     def _load(self, backend: str) -> str:
-        if backend in ("auto", "transformers"):
+        model_type, is_adapter = checkpoint_model_type(self.model_name_or_path)
+        fmt = self._checkpoint_format(model_type, is_adapter)
+        if backend == "auto":
+            if fmt == "colpali_engine":
+                self._require_colpali_engine(f"{self.model_name_or_path!r} is a colpali_engine checkpoint")
+                self._load_colpali_engine_or_explain()
+                return "colpali_engine"
+            if fmt == "transformers":
+                self._load_transformers_or_explain()
+                return "transformers"
+            # Unknown format (config unreadable, e.g. an unreachable hub): try transformers, then the engine.
             try:
                 self._load_transformers()
                 return "transformers"
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                if backend == "transformers" or not colpali_engine_available():
-                    raise ValueError(
-                        f"could not load {self.family} model {self.model_name_or_path!r} with transformers "
-                        f"({type(exc).__name__}: {exc}); expected a '-hf' checkpoint (e.g. "
-                        f"{self.default_model_hint()}) or install colpali-engine for adapter checkpoints"
-                    ) from exc
+                if not colpali_engine_available():
+                    raise self._transformers_error(exc) from exc
                 logger.info("transformers load failed (%s); trying colpali_engine", exc)
-        if not colpali_engine_available():
-            raise ValueError("backend 'colpali_engine' requested but colpali_engine does not import here")
-        self._load_colpali_engine()
+            self._load_colpali_engine_or_explain()
+            return "colpali_engine"
+        if backend == "transformers":
+            if fmt == "colpali_engine":
+                raise ValueError(
+                    f"{self.model_name_or_path!r} is a colpali_engine checkpoint "
+                    f"({self._format_detail(model_type, is_adapter)}), which the transformers backend cannot "
+                    f"load; use backend 'colpali_engine' or 'auto' (needs colpali-engine: see "
+                    f"scripts/engine_env.sh) or the transformers-native checkpoint "
+                    f"{self.default_model_hint()}"
+                )
+            self._load_transformers_or_explain()
+            return "transformers"
+        self._require_colpali_engine("backend 'colpali_engine' was requested")
+        if fmt == "transformers":
+            raise ValueError(
+                f"{self.model_name_or_path!r} is a transformers-native checkpoint (model_type "
+                f"{model_type!r}), which colpali_engine cannot load; use backend 'transformers' or 'auto'"
+            )
+        self._load_colpali_engine_or_explain()
         return "colpali_engine"
+
+    def _checkpoint_format(self, model_type: str | None, is_adapter: bool) -> str:
+        """``transformers`` | ``colpali_engine`` | ``unknown``; ``ValueError`` for another model family."""
+        if model_type is None:
+            # Adapters are colpali_engine's format even when the base config cannot be read here.
+            return "colpali_engine" if is_adapter else "unknown"
+        if model_type == self.native_model_type:
+            return "transformers"
+        if model_type == self.engine_model_type:
+            return "colpali_engine"
+        raise ValueError(
+            f"{self.model_name_or_path!r} has model_type {model_type!r}, not a {self.family} checkpoint; "
+            f"expected {self.native_model_type!r} (transformers, e.g. {self.default_model_hint()}) or "
+            f"{self.engine_model_type!r} (colpali_engine)"
+        )
+
+    @staticmethod
+    def _format_detail(model_type: str | None, is_adapter: bool) -> str:
+        base = f"model_type {model_type!r}" if model_type else "base model config not readable"
+        return f"PEFT adapter, {base}" if is_adapter else base
+
+    def _require_colpali_engine(self, why: str) -> None:
+        if not colpali_engine_available():
+            raise ValueError(
+                f"{why}, but colpali_engine does not import here: install colpali-engine with a torchvision "
+                f"that matches torch (scripts/engine_env.sh builds such a venv), or use the "
+                f"transformers-native checkpoint {self.default_model_hint()}"
+            )
+
+    def _load_transformers_or_explain(self) -> None:
+        try:
+            self._load_transformers()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise self._transformers_error(exc) from exc
+
+    def _load_colpali_engine_or_explain(self) -> None:
+        try:
+            self._load_colpali_engine()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(
+                f"could not load {self.family} model {self.model_name_or_path!r} with colpali_engine "
+                f"({type(exc).__name__}: {exc}); an adapter checkpoint needs its base model "
+                f"(adapter_config.json: base_model_name_or_path) to be reachable"
+            ) from exc
+
+    def _transformers_error(self, exc: Exception) -> ValueError:
+        return ValueError(
+            f"could not load {self.family} model {self.model_name_or_path!r} with transformers "
+            f"({type(exc).__name__}: {exc}); expected a '-hf' checkpoint (e.g. "
+            f"{self.default_model_hint()}) or install colpali-engine for adapter checkpoints"
+        )
 
     def _load_transformers(self) -> None:
         raise NotImplementedError
@@ -247,6 +378,8 @@ class ColQwen2Encoder(_LateInteractionEncoder):
     """
 
     family = "colqwen2"
+    native_model_type = "colqwen2"
+    engine_model_type = "qwen2_vl"
 
     def default_model_hint(self) -> str:
         return "vidore/colqwen2-v1.0-hf"
@@ -263,7 +396,7 @@ class ColQwen2Encoder(_LateInteractionEncoder):
 
         self.processor = ColQwen2Processor.from_pretrained(self.model_name_or_path)
         self.model = ColQwen2.from_pretrained(
-            self.model_name_or_path, torch_dtype=self.torch_dtype, device_map=self.device
+            self.model_name_or_path, dtype=self.torch_dtype, device_map=self.device
         )
 
 
@@ -274,6 +407,8 @@ class ColPaliEncoder(_LateInteractionEncoder):
     """
 
     family = "colpali"
+    native_model_type = "colpali"
+    engine_model_type = "paligemma"
 
     def default_model_hint(self) -> str:
         return "vidore/colpali-v1.3-hf"
@@ -290,5 +425,5 @@ class ColPaliEncoder(_LateInteractionEncoder):
 
         self.processor = ColPaliProcessor.from_pretrained(self.model_name_or_path)
         self.model = ColPali.from_pretrained(
-            self.model_name_or_path, torch_dtype=self.torch_dtype, device_map=self.device
+            self.model_name_or_path, dtype=self.torch_dtype, device_map=self.device
         )
