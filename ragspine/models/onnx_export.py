@@ -114,3 +114,44 @@ def _tag(model_dir: Path) -> str:
         return "0"
     st = weights[0].stat()
     return f"{st.st_size:x}{int(st.st_mtime):x}"
+
+
+def quantise_int8(fp32_file: Path, out_file: Path | None = None) -> Path:
+    """Dynamic int8 quantisation of an fp32 ONNX graph with onnxruntime; reuse the file when present.
+
+    Weights become int8 with one scale per output channel (per-tensor scales lose too much on encoders
+    whose rows differ in range); activations are quantised per batch at run time. Default target:
+    ``<name>_int8.onnx`` beside the input. Written to a temporary file and renamed, so an interrupted run
+    leaves nothing that later loads. Raises ``ValueError`` when the input is missing or not a valid graph.
+    """
+    target = out_file or fp32_file.with_name(f"{fp32_file.stem}_int8.onnx")
+    if target.is_file():
+        return target
+    if not fp32_file.is_file():
+        raise ValueError(f"ONNX model {str(fp32_file)!r} does not exist; nothing to quantise")
+    quantization = require("onnxruntime.quantization")
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=target.parent)
+    os.close(fd)
+    try:
+        # The library logs a pre-processing suggestion on the root logger on every call; it does not
+        # apply to dynamic quantisation of a transformer, so that one message is dropped.
+        root = logging.getLogger()
+        root.addFilter(_drop_preprocess_hint)
+        try:
+            quantization.quantize_dynamic(
+                str(fp32_file), tmp, weight_type=quantization.QuantType.QInt8, per_channel=True
+            )
+        except Exception as exc:  # onnx/onnxruntime raise their own types for unreadable graphs
+            raise ValueError(f"ONNX model {str(fp32_file)!r} could not be quantised: {exc}") from exc
+        finally:
+            root.removeFilter(_drop_preprocess_hint)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    logger.info("quantised %s", target)
+    return target
+
+
+def _drop_preprocess_hint(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Please consider to run pre-processing before quantization")

