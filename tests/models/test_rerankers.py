@@ -114,7 +114,7 @@ def test_colbert_encoder_weights_come_from_the_checkpoint(tiny_colbert: Path) ->
     # ColBERT checkpoints prefix encoder weights with "bert."; a silent re-initialisation would still run.
     safetensors_torch = pytest.importorskip("safetensors.torch")
     saved = safetensors_torch.load_file(str(tiny_colbert / "model.safetensors"))
-    reranker = ColBERTReranker(tiny_colbert, device="cpu")
+    reranker = ColBERTReranker(tiny_colbert, device="cpu", runtime="torch")
     loaded = reranker.encoder.state_dict()
     for key in ("embeddings.word_embeddings.weight", "encoder.layer.1.output.dense.weight"):
         assert torch.equal(loaded[key].float(), saved[f"bert.{key}"].float())
