@@ -4,6 +4,10 @@ Each row ingests the dataset into a fresh SQLite store via ``assemble_index`` (t
 service uses), warms the index (vectors, SPLADE encodings), runs every judged query through
 ``NarrativeIndexRetriever`` and prints nDCG@10 and Recall@100 beside the published anchors.
 
+Rows with the same embedding model share one in-memory passage-vector cache (``--no-share-vectors`` turns
+it off), so a corpus is embedded once per run rather than once per row; "index s" then counts the
+embedding only in the first such row.
+
 Usage: python bench/quality.py [--data ../shared/data] [--datasets scifact,cmrc2018_dev] [--rows bm25,...]
 """
 
@@ -14,11 +18,13 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ragspine.eval.harness import run_eval
-from ragspine.retrieval.assembly import assemble_index
+from ragspine.retrieval.assembly import assemble_index, resolve_embedding
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.settings import Settings
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
@@ -41,6 +47,23 @@ ANCHORS = {
 }
 
 
+class SharedVectors:
+    """An embedding backend that remembers passage vectors by text, shared by rows with the same model."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.vectors: dict[str, list[float]] = {}
+
+    def __getattr__(self, name: str) -> Any:  # name, dim, languages, embed_queries, ...
+        return getattr(self.inner, name)
+
+    def embed_texts(self, texts: list[str]) -> list[list[float]]:
+        missing = list(dict.fromkeys(t for t in texts if t not in self.vectors))
+        if missing:
+            self.vectors.update(zip(missing, self.inner.embed_texts(missing), strict=True))
+        return [self.vectors[t] for t in texts]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -48,12 +71,14 @@ def main() -> int:
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma list of: {', '.join(ROWS)}")
     ap.add_argument("--max-queries", type=int, default=None)
     ap.add_argument("--json", action="store_true", help="one JSON line per row instead of a table")
+    ap.add_argument("--no-share-vectors", action="store_true", help="embed the corpus again in every row")
     args = ap.parse_args()
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         raise SystemExit(f"unknown rows {unknown}; choose from {', '.join(ROWS)}")
     for dataset in args.datasets.split(","):
+        shared: dict[str, SharedVectors | None] = {}
         folder = args.data / dataset
         if not folder.is_dir():
             raise SystemExit(f"no dataset at {folder}; pass --data pointing at the shared evaluation sets")
@@ -62,7 +87,16 @@ def main() -> int:
             print(f"{'row':<32} {'nDCG@10':>8} {'R@100':>7} {'q/s':>7} {'index s':>8}")
         for row in rows:
             settings, rerank = ROWS[row]
-            extra = {"max_chars": 1_000_000, "rerank_top_n": 100} if rerank else {"max_chars": 1_000_000}
+            extra: dict[str, Any] = {"max_chars": 1_000_000}
+            if rerank:
+                extra["rerank_top_n"] = 100
+            mode = make_retrieval_mode(settings.retrieval_mode)
+            if mode.uses_embedding and not args.no_share_vectors:
+                key = settings.embedding_spec
+                if key not in shared:
+                    backend = resolve_embedding(settings, mode)
+                    shared[key] = SharedVectors(backend) if backend is not None else None
+                extra["embedding_backend"] = shared[key]
 
             def make_index(
                 store: VersionedChunkStore, s: Settings = settings, e: dict = extra
