@@ -35,6 +35,7 @@ COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HF_HOME=/models \
+    XDG_CACHE_HOME=/var/lib/ragspine/cache \
     RAGSPINE_DATA_DIR=/var/lib/ragspine \
     RAGSPINE_HOST=0.0.0.0 \
     RAGSPINE_METRICS_PORT=9100 \
