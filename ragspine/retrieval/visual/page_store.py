@@ -11,6 +11,11 @@ re-ingested), and the vectors as one blob with their storage dtype and shape:
 
 Optional token pooling (``pool_factor > 1``) runs before the dtype conversion. RESTRICTED pages are
 refused: their vectors never reach this table.
+
+A second table, ``visual_pages_version``, holds one counter bumped in the same transaction as every write
+that changes pages, so ``version()`` tells any reader (another connection, another process) that its
+in-memory copy is stale. Row building, validation and decoding live in module functions shared with the
+PostgreSQL store (``ragspine.stores.pg_page_store``), so both backends accept and refuse the same input.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +55,10 @@ CREATE TABLE IF NOT EXISTS visual_pages (
     PRIMARY KEY (library, doc_id, page)
 )
 """
+_VERSION_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS visual_pages_version (id INTEGER PRIMARY KEY CHECK (id = 1), "
+    "version INTEGER NOT NULL)"
+)
 _MARKS = ",".join("?" * 13)
 _COLUMNS = (
     "library, doc_id, page, locator, sensitivity, metadata, text, encoder, dtype, n_vectors, dim, blob, "
@@ -89,6 +99,151 @@ def _decode(blob: bytes, dtype: str, n_vectors: int, dim: int) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.dtype(dtype)).reshape(n_vectors, dim).copy()
 
 
+def check_store_settings(dtype: str, pool_factor: int) -> None:
+    """Raise ``ValueError`` for a storage dtype outside ``STORAGE_DTYPES`` or a ``pool_factor`` below 1."""
+    if dtype not in STORAGE_DTYPES:
+        raise ValueError(f"unknown storage dtype {dtype!r}; choose one of {', '.join(STORAGE_DTYPES)}")
+    if pool_factor < 1:
+        raise ValueError(f"pool_factor must be >= 1 (1 = no pooling), got {pool_factor}")
+
+
+def page_row(record: PageRecord, block: np.ndarray, encoder: str, *, dtype: str, pool_factor: int) -> tuple:
+    """One stored row (in ``_COLUMNS`` order) for ``record`` and its ``(n_patches, dim)`` vectors.
+
+    Pools (``pool_factor > 1``) then encodes to ``dtype``. Raises ``ValueError`` for a RESTRICTED page and
+    for vectors that are empty, not 2-D or not finite.
+    """
+    if is_restricted(record.sensitivity):
+        raise ValueError(f"page {record.locator} is RESTRICTED; its vectors must not be stored")
+    page_vecs = np.asarray(block, dtype=np.float32)
+    if page_vecs.ndim != 2 or page_vecs.shape[0] == 0 or page_vecs.shape[1] == 0:
+        raise ValueError(f"page {record.locator}: expected (n_patches, dim) vectors, got {page_vecs.shape}")
+    if not np.isfinite(page_vecs).all():
+        raise ValueError(f"page {record.locator}: vectors contain NaN or infinity")
+    if pool_factor > 1:
+        page_vecs = pool_tokens(page_vecs, pool_factor)
+    return (
+        record.library,
+        record.doc_id,
+        record.page,
+        page_locator(record.doc_id, record.page),
+        record.sensitivity,
+        json.dumps(dict(record.metadata), sort_keys=True),
+        record.text,
+        encoder,
+        dtype,
+        page_vecs.shape[0],
+        page_vecs.shape[1],
+        _encode(page_vecs, dtype),
+        record.image_digest,
+    )
+
+
+def page_rows(
+    records: Sequence[PageRecord],
+    vectors: Sequence[np.ndarray],
+    encoder: str,
+    *,
+    dtype: str,
+    pool_factor: int,
+) -> list[tuple]:
+    """Rows for ``put_pages``: every record paired with its vectors, all validated before any is written.
+
+    Raises ``ValueError`` when the sequences differ in length or any row is refused (see ``page_row``).
+    """
+    if len(records) != len(vectors):
+        raise ValueError(f"{len(records)} pages but {len(vectors)} vector blocks; they must pair up")
+    return [
+        page_row(record, block, encoder, dtype=dtype, pool_factor=pool_factor)
+        for record, block in zip(records, vectors, strict=True)
+    ]
+
+
+def check_replace_records(doc_id: str, records: Sequence[PageRecord], library: str) -> None:
+    """Raise ``ValueError`` for a record of another document / library, or a RESTRICTED one."""
+    for record in records:
+        if record.doc_id != doc_id or record.library != library:
+            raise ValueError(f"page {record.locator} does not belong to {library}/{doc_id}")
+        if is_restricted(record.sensitivity):
+            raise ValueError(f"page {record.locator} is RESTRICTED; it must not be stored")
+
+
+@dataclass(frozen=True)
+class ReplacePlan:
+    """The writes that make ``records`` the stored pages of one document (see ``plan_replace``).
+
+    ``rows``: full rows to insert or replace (pages with fresh vectors); ``updates``: (sensitivity,
+    metadata JSON, text, library, doc_id, page) of pages that keep their vectors; ``gone``: (library,
+    doc_id, page) of stored pages to delete.
+    """
+
+    rows: list[tuple]
+    updates: list[tuple[str, str, str, str, str, int]]
+    gone: list[tuple[str, str, int]]
+
+
+def plan_replace(
+    doc_id: str,
+    records: Sequence[PageRecord],
+    fresh: Mapping[int, np.ndarray],
+    stored: Mapping[int, object],
+    *,
+    encoder: str,
+    library: str,
+    dtype: str,
+    pool_factor: int,
+) -> ReplacePlan:
+    """Validate a ``replace_doc`` call against the ``stored`` pages of the document and plan its writes.
+
+    Raises ``ValueError`` (so nothing is written) for a page in ``fresh`` that is not a record, a reused
+    page that is not stored, or bad vectors. Call ``check_replace_records`` first.
+    """
+    pages = {r.page for r in records}
+    if set(fresh) - pages:
+        raise ValueError(f"vectors given for pages {sorted(set(fresh) - pages)} that are not in records")
+    kept = [r for r in records if r.page not in fresh]
+    missing = [r.locator for r in kept if r.page not in stored]
+    if missing:
+        raise ValueError(f"pages {missing} have no new vectors and none stored to keep")
+    rows = [
+        page_row(r, fresh[r.page], encoder, dtype=dtype, pool_factor=pool_factor)
+        for r in records
+        if r.page in fresh
+    ]
+    updates = [
+        (r.sensitivity, json.dumps(dict(r.metadata), sort_keys=True), r.text, library, doc_id, r.page)
+        for r in kept
+    ]
+    gone = [(library, doc_id, page) for page in stored if page not in pages]
+    return ReplacePlan(rows, updates, gone)
+
+
+def row_to_page(row: Sequence[Any], with_vectors: bool) -> StoredPage:
+    """A ``StoredPage`` from one row in ``_COLUMNS`` order (vectors decoded only when ``with_vectors``).
+
+    Raises ``ValueError`` for a row whose dtype this code does not know.
+    """
+    library, doc_id, page, locator, sensitivity, metadata, text, encoder, dtype, n_vectors, dim, blob, sha = (
+        row
+    )
+    blob = bytes(blob)  # sqlite3 returns bytes; psycopg may return a buffer
+    vectors = _decode(blob, dtype, n_vectors, dim) if with_vectors else np.zeros((0, dim), np.float16)
+    return StoredPage(
+        doc_id=doc_id,
+        page=int(page),
+        locator=locator,
+        library=library,
+        sensitivity=sensitivity,
+        metadata=json.loads(metadata),
+        text=text,
+        encoder=encoder,
+        dtype=dtype,
+        vectors=vectors,
+        stored_bytes=len(blob),
+        image_sha=sha,
+    )
+
+
 class VisualPageStore:
     """Page multi-vectors in the SQLite file ``db_path`` (WAL mode; ``":memory:"`` for a throwaway store).
 
@@ -98,10 +253,7 @@ class VisualPageStore:
     """
 
     def __init__(self, db_path: str | Path, *, dtype: str = "float16", pool_factor: int = 1) -> None:
-        if dtype not in STORAGE_DTYPES:
-            raise ValueError(f"unknown storage dtype {dtype!r}; choose one of {', '.join(STORAGE_DTYPES)}")
-        if pool_factor < 1:
-            raise ValueError(f"pool_factor must be >= 1 (1 = no pooling), got {pool_factor}")
+        check_store_settings(dtype, pool_factor)
         self.db_path = str(db_path)
         self.dtype = dtype
         self.pool_factor = pool_factor
@@ -113,6 +265,8 @@ class VisualPageStore:
         columns = {row[1] for row in self._conn.execute("PRAGMA table_info(visual_pages)")}
         if "image_sha" not in columns:  # a store written before image digests: additive migration
             self._conn.execute("ALTER TABLE visual_pages ADD COLUMN image_sha TEXT NOT NULL DEFAULT ''")
+        self._conn.execute(_VERSION_SCHEMA)
+        self._conn.execute("INSERT OR IGNORE INTO visual_pages_version (id, version) VALUES (1, 0)")
         self._conn.commit()
 
     def close(self) -> None:
@@ -135,11 +289,11 @@ class VisualPageStore:
         two sequences differ in length, a vector block is empty, not 2-D or not finite, or a page is
         RESTRICTED (RESTRICTED pages are never embedded, so their vectors have no place here).
         """
-        if len(records) != len(vectors):
-            raise ValueError(f"{len(records)} pages but {len(vectors)} vector blocks; they must pair up")
-        rows = [self._row(record, block, encoder) for record, block in zip(records, vectors, strict=True)]
+        rows = page_rows(records, vectors, encoder, dtype=self.dtype, pool_factor=self.pool_factor)
         with self._transaction() as conn:
             conn.executemany(f"INSERT OR REPLACE INTO visual_pages ({_COLUMNS}) VALUES ({_MARKS})", rows)
+            if rows:
+                self._bump(conn)
         return len(rows)
 
     def page_digests(self, doc_id: str, *, library: str = "") -> dict[int, tuple[str, str]]:
@@ -168,62 +322,31 @@ class VisualPageStore:
         for a record of another document or library, a RESTRICTED record, bad vectors, a page in ``fresh``
         that is not a record, or a reused page that is not stored.
         """
-        pages = {r.page for r in records}
-        for record in records:
-            if record.doc_id != doc_id or record.library != library:
-                raise ValueError(f"page {record.locator} does not belong to {library}/{doc_id}")
-            if is_restricted(record.sensitivity):
-                raise ValueError(f"page {record.locator} is RESTRICTED; it must not be stored")
-        if set(fresh) - pages:
-            raise ValueError(f"vectors given for pages {sorted(set(fresh) - pages)} that are not in records")
+        check_replace_records(doc_id, records, library)
         stored = self.page_digests(doc_id, library=library)
-        kept = [r for r in records if r.page not in fresh]
-        missing = [r.locator for r in kept if r.page not in stored]
-        if missing:
-            raise ValueError(f"pages {missing} have no new vectors and none stored to keep")
-        rows = [self._row(r, fresh[r.page], encoder) for r in records if r.page in fresh]
-        updates = [
-            (r.sensitivity, json.dumps(dict(r.metadata), sort_keys=True), r.text, library, doc_id, r.page)
-            for r in kept
-        ]
-        gone = [(library, doc_id, page) for page in stored if page not in pages]
+        plan = plan_replace(
+            doc_id,
+            records,
+            fresh,
+            stored,
+            encoder=encoder,
+            library=library,
+            dtype=self.dtype,
+            pool_factor=self.pool_factor,
+        )
         with self._transaction() as conn:
-            conn.executemany("DELETE FROM visual_pages WHERE library = ? AND doc_id = ? AND page = ?", gone)
+            conn.executemany(
+                "DELETE FROM visual_pages WHERE library = ? AND doc_id = ? AND page = ?", plan.gone
+            )
             conn.executemany(
                 "UPDATE visual_pages SET sensitivity = ?, metadata = ?, text = ? "
                 "WHERE library = ? AND doc_id = ? AND page = ?",
-                updates,
+                plan.updates,
             )
-            conn.executemany(f"INSERT OR REPLACE INTO visual_pages ({_COLUMNS}) VALUES ({_MARKS})", rows)
+            conn.executemany(f"INSERT OR REPLACE INTO visual_pages ({_COLUMNS}) VALUES ({_MARKS})", plan.rows)
+            if plan.gone or plan.updates or plan.rows:
+                self._bump(conn)
         return len(records)
-
-    def _row(self, record: PageRecord, block: np.ndarray, encoder: str) -> tuple:
-        if is_restricted(record.sensitivity):
-            raise ValueError(f"page {record.locator} is RESTRICTED; its vectors must not be stored")
-        page_vecs = np.asarray(block, dtype=np.float32)
-        if page_vecs.ndim != 2 or page_vecs.shape[0] == 0 or page_vecs.shape[1] == 0:
-            raise ValueError(
-                f"page {record.locator}: expected (n_patches, dim) vectors, got {page_vecs.shape}"
-            )
-        if not np.isfinite(page_vecs).all():
-            raise ValueError(f"page {record.locator}: vectors contain NaN or infinity")
-        if self.pool_factor > 1:
-            page_vecs = pool_tokens(page_vecs, self.pool_factor)
-        return (
-            record.library,
-            record.doc_id,
-            record.page,
-            page_locator(record.doc_id, record.page),
-            record.sensitivity,
-            json.dumps(dict(record.metadata), sort_keys=True),
-            record.text,
-            encoder,
-            self.dtype,
-            page_vecs.shape[0],
-            page_vecs.shape[1],
-            _encode(page_vecs, self.dtype),
-            record.image_digest,
-        )
 
     def delete_doc(self, doc_id: str, *, library: str | None = None) -> int:
         """Remove every page of ``doc_id`` (in ``library`` only, when given); returns the rows removed."""
@@ -234,7 +357,21 @@ class VisualPageStore:
                 cur = conn.execute(
                     "DELETE FROM visual_pages WHERE doc_id = ? AND library = ?", (doc_id, library)
                 )
+            if cur.rowcount:
+                self._bump(conn)
         return cur.rowcount
+
+    @staticmethod
+    def _bump(conn: sqlite3.Connection) -> None:
+        # Same transaction as the page write: a reader never sees new pages under an old version.
+        conn.execute("UPDATE visual_pages_version SET version = version + 1 WHERE id = 1")
+
+    def version(self) -> int:
+        """A counter that grows with every committed write that changed pages, through any connection or
+        process using this file (0 for a store never written). Compare two readings to detect changes."""
+        with self._lock:
+            row = self._conn.execute("SELECT version FROM visual_pages_version WHERE id = 1").fetchone()
+        return int(row[0]) if row else 0
 
     def load(
         self,
@@ -289,33 +426,4 @@ class VisualPageStore:
 
     @staticmethod
     def _row_to_page(row: tuple, with_vectors: bool) -> StoredPage:
-        (
-            library,
-            doc_id,
-            page,
-            locator,
-            sensitivity,
-            metadata,
-            text,
-            encoder,
-            dtype,
-            n_vectors,
-            dim,
-            blob,
-            image_sha,
-        ) = row
-        vectors = _decode(blob, dtype, n_vectors, dim) if with_vectors else np.zeros((0, dim), np.float16)
-        return StoredPage(
-            doc_id=doc_id,
-            page=page,
-            locator=locator,
-            library=library,
-            sensitivity=sensitivity,
-            metadata=json.loads(metadata),
-            text=text,
-            encoder=encoder,
-            dtype=dtype,
-            vectors=vectors,
-            stored_bytes=len(blob),
-            image_sha=image_sha,
-        )
+        return row_to_page(row, with_vectors)
