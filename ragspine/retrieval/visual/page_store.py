@@ -64,6 +64,8 @@ _COLUMNS = (
     "library, doc_id, page, locator, sensitivity, metadata, text, encoder, dtype, n_vectors, dim, blob, "
     "image_sha"
 )
+# The column order of every stored row, shared with the PostgreSQL store.
+PAGE_COLUMNS = _COLUMNS
 
 
 @dataclass(frozen=True)
