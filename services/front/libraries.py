@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
+from ragspine.retrieval.visual.page_store import PageStore, VisualPageStore
 from ragspine.settings import Settings
 from ragspine.stores.pg_libraries import library_schema
 
@@ -65,19 +67,29 @@ class Library:
     _indexes: dict[bool, NarrativeIndex] = field(default_factory=dict)
     visual_encoder: Any = None  # VisualEncoder; None = visual retrieval is off
     pages_file: Path | None = None
+    # Opens the library's shared page store (PostgreSQL); when set it is used instead of ``pages_file``.
+    page_store_factory: Callable[[], PageStore] | None = None
     _pages: LibraryPages | None = None
 
     def pages(self, *, create: bool = False) -> LibraryPages | None:
-        """The library's page store and visual index; None when visual retrieval is off, or when the
-        library has no page store yet and ``create`` is not set (a read never creates one)."""
-        if self.visual_encoder is None or self.pages_file is None:
+        """The library's page store and visual index; None when visual retrieval is off, or when a SQLite
+        library has no page file yet and ``create`` is not set (a read never creates one). A PostgreSQL
+        library's page table lives in its existing schema, so it is always opened (``create`` is moot).
+        Raises ``BackendUnavailableError`` when the page database cannot be reached."""
+        if self.visual_encoder is None or (self.pages_file is None and self.page_store_factory is None):
             return None
         with self.lock:
             if self._pages is None:
-                if not create and not self.pages_file.exists():
-                    return None
-                self.pages_file.parent.mkdir(parents=True, exist_ok=True)
-                self._pages = LibraryPages(self.library_id, self.pages_file, self.visual_encoder)
+                store: PageStore
+                if self.page_store_factory is not None:
+                    store = self.page_store_factory()
+                else:
+                    assert self.pages_file is not None
+                    if not create and not self.pages_file.exists():
+                        return None
+                    self.pages_file.parent.mkdir(parents=True, exist_ok=True)
+                    store = VisualPageStore(self.pages_file)
+                self._pages = LibraryPages(self.library_id, store, self.visual_encoder)
             return self._pages
 
     @property
@@ -229,7 +241,8 @@ class LibraryCatalog:
                 self.reranker,
                 self.sparse_encoder,
                 visual_encoder=self.visual_encoder,
-                pages_file=pages_path(self.root, library_id),
+                # Pages live in the library's schema too: shared by replicas, kept across restarts.
+                page_store_factory=_pg_page_store_factory(self.settings.store_dsn.strip(), library_id),
             )
             library.follower = ChangeFollower(store, library.built_indexes, name=library_id).start()
             self._libraries[library_id] = library
@@ -271,6 +284,22 @@ def redact_dsn(dsn: str) -> str:
     from ragspine.stores.pg_chunk_store import redact_dsn as redact
 
     return redact(dsn)
+
+
+def _pg_page_store_factory(dsn: str, library_id: str) -> Callable[[], PageStore]:
+    """Opens ``library_id``'s page store in its PostgreSQL schema; an unreachable database raises
+    ``BackendUnavailableError`` (password redacted)."""
+
+    def open_store() -> PageStore:
+        from ragspine.stores.pg_page_store import PgVisualPageStore
+
+        try:
+            return PgVisualPageStore(dsn, schema=library_schema(library_id))
+        except ValueError as exc:
+            # The schema name is valid by construction: this is the database (message already redacted).
+            raise BackendUnavailableError(str(exc)) from None
+
+    return open_store
 
 
 def _open_directory(dsn: str) -> PgLibraryDirectory:

@@ -1,8 +1,11 @@
 """The front's visual side of a library: rendered PDF pages, their multi-vectors and page leads.
 
-Each library keeps its pages in a SQLite file beside its chunk store (``{library_id}.pages.db``; with a
-PostgreSQL store of record it lives under the replica's ``data_dir``, so visual pages are per replica).
-Page multi-vectors persist there: a restarted front, or a new worker, needs no re-embedding.
+Each library keeps its pages beside its chunk store: a SQLite file ``{library_id}.pages.db`` under the
+data folder, or, with a PostgreSQL store of record, the ``visual_pages`` table of the library's schema
+(``PgVisualPageStore``), shared by every replica and kept across pod restarts. Page multi-vectors persist
+there: a restarted front, or a new worker, needs no re-embedding. Before each search the in-memory index
+compares the store's ``version()`` with the one it was built at and re-reads the stored vectors when
+another replica (or process) changed the pages.
 
 What goes to the encoder (in split mode: the model worker) is decided here and nowhere else:
 
@@ -21,7 +24,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -32,7 +35,7 @@ from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.visual.encoders import VisualEncoder
 from ragspine.retrieval.visual.fusion import to_visual_results
 from ragspine.retrieval.visual.page_index import PageLead, VisualPageIndex
-from ragspine.retrieval.visual.page_store import StoredPage, VisualPageStore
+from ragspine.retrieval.visual.page_store import PageStore, StoredPage, VisualPageStore
 from ragspine.retrieval.visual.pages import PageRecord, page_locator, render_pdf_pages
 
 log = logging.getLogger(__name__)
@@ -102,28 +105,38 @@ def _filter_view(page: StoredPage) -> dict[str, Any]:
 class LibraryPages:
     """Page store and visual index of one library. Thread-safe.
 
-    ``encoder`` embeds pages and queries (in-process model or ``RemoteVisualEncoder``). The index is built
-    lazily from the store, so a library whose worker is down still opens; a query then raises
-    ``BackendUnavailableError`` from the encoder, which the caller turns into a degraded answer.
+    ``store`` is the library's page store (``VisualPageStore``, ``PgVisualPageStore``, or anything with
+    their interface); a path opens a SQLite ``VisualPageStore`` there. ``encoder`` embeds pages and
+    queries (in-process model or ``RemoteVisualEncoder``). The index is built lazily from the store, so a
+    library whose worker is down still opens; a query then raises ``BackendUnavailableError`` from the
+    encoder, which the caller turns into a degraded answer. Each ``index()`` call reads ``store.version()``
+    (one small query) and rebuilds the index from stored vectors when it moved, so pages written through
+    another replica are searched without being embedded again.
     """
 
-    def __init__(self, library_id: str, db_path: Path, encoder: VisualEncoder) -> None:
+    def __init__(self, library_id: str, store: PageStore | Path | str, encoder: VisualEncoder) -> None:
         self.library_id = library_id
-        self.db_path = db_path
+        self.store: PageStore = VisualPageStore(store) if isinstance(store, (Path, str)) else store
+        self.db_path = self.store.db_path
         self.encoder = encoder
-        self.store = VisualPageStore(db_path)
         self._lock = threading.Lock()
         self._index: VisualPageIndex | None = None
+        self._index_version = -1  # store version the index was built at
         self.last_reused = 0  # pages the last replace_doc kept without embedding them again
 
     def close(self) -> None:
         self.store.close()
 
     def index(self) -> VisualPageIndex:
-        """The in-memory index over every stored page (re-hydrated from the store; nothing is re-embedded)."""
+        """The in-memory index over every stored page, rebuilt from the store (nothing is re-embedded)
+        when the store's version moved since it was built."""
         with self._lock:
-            if self._index is None:
-                self._index = VisualPageIndex(self.store, self.encoder)
+            # Read the version before loading: a write landing in between makes the next call rebuild
+            # again, never leaves newer pages unseen.
+            version = self.store.version()
+            if self._index is None or version != self._index_version:
+                self._index = VisualPageIndex(cast(VisualPageStore, self.store), self.encoder)
+                self._index_version = version
             return self._index
 
     def has_doc(self, doc_id: str) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -244,6 +244,51 @@ def row_to_page(row: Sequence[Any], with_vectors: bool) -> StoredPage:
         stored_bytes=len(blob),
         image_sha=sha,
     )
+
+
+class PageStore(Protocol):
+    """What the visual index and the front need of a page store (``VisualPageStore``,
+    ``ragspine.stores.pg_page_store.PgVisualPageStore``)."""
+
+    db_path: str
+    dtype: str
+    pool_factor: int
+
+    def put_pages(
+        self, records: Sequence[PageRecord], vectors: Sequence[np.ndarray], *, encoder: str
+    ) -> int: ...
+
+    def page_digests(self, doc_id: str, *, library: str = "") -> dict[int, tuple[str, str]]: ...
+
+    def replace_doc(
+        self,
+        doc_id: str,
+        records: Sequence[PageRecord],
+        fresh: Mapping[int, np.ndarray],
+        *,
+        encoder: str,
+        library: str = "",
+    ) -> int: ...
+
+    def delete_doc(self, doc_id: str, *, library: str | None = None) -> int: ...
+
+    def load(
+        self,
+        *,
+        library: str | None = None,
+        keys: Sequence[tuple[str, str, int]] | None = None,
+        with_vectors: bool = True,
+    ) -> list[StoredPage]: ...
+
+    def get(self, locator: str, *, library: str = "") -> StoredPage | None: ...
+
+    def page_text(self, locator: str, *, library: str = "") -> str | None: ...
+
+    def stats(self) -> dict[str, float]: ...
+
+    def version(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class VisualPageStore:
