@@ -24,7 +24,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -135,7 +135,7 @@ class LibraryPages:
             # again, never leaves newer pages unseen.
             version = self.store.version()
             if self._index is None or version != self._index_version:
-                self._index = VisualPageIndex(cast(VisualPageStore, self.store), self.encoder)
+                self._index = VisualPageIndex(self.store, self.encoder)
                 self._index_version = version
             return self._index
 

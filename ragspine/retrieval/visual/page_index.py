@@ -18,7 +18,7 @@ import numpy as np
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.visual.encoders import VisualEncoder
 from ragspine.retrieval.visual.maxsim import maxsim_scores, pad_pages
-from ragspine.retrieval.visual.page_store import StoredPage, VisualPageStore
+from ragspine.retrieval.visual.page_store import PageStore, StoredPage
 from ragspine.retrieval.visual.pages import PageRecord
 
 Scorer = Callable[..., np.ndarray]
@@ -49,7 +49,7 @@ class VisualPageIndex:
 
     def __init__(
         self,
-        store: VisualPageStore,
+        store: PageStore,
         encoder: VisualEncoder,
         *,
         scorer: Scorer = maxsim_scores,
