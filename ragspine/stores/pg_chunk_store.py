@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import TracebackType
@@ -182,6 +182,36 @@ def scrub_secret(message: str, dsn: str) -> str:
     return message
 
 
+def connect_in_schema(dsn: str, schema: str, connect_timeout: int) -> Any:
+    """A new autocommit connection (``connect_timeout`` in whole seconds) whose unqualified table names
+    resolve in ``schema``."""
+    conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
+    if schema != DEFAULT_SCHEMA:
+        try:
+            # A session setting (autocommit: no transaction can roll it back); a schema that does not
+            # exist yet is skipped by PostgreSQL until the store creates it.
+            conn.execute(pgsql.SQL("SET search_path TO {}, public").format(pgsql.Identifier(schema)))
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def live_connection(conn: Any, dsn: str, connect: Callable[[], Any]) -> Any:
+    """``conn``, or a new one from ``connect`` when the server restarted or dropped it.
+
+    The statement that noticed the loss has already failed; later calls get a fresh connection instead of
+    failing forever. A failed reconnect raises ``psycopg.OperationalError`` without the DSN's password.
+    """
+    if not conn.broken:
+        return conn
+    try:
+        return connect()
+    except psycopg.Error as exc:
+        detail = scrub_secret(str(exc), dsn)
+        raise psycopg.OperationalError(f"PostgreSQL ({redact_dsn(dsn)}) is unreachable: {detail}") from None
+
+
 class PgRow(tuple[Any, ...]):
     """One ``execute_read`` row: indexable by position or by column name, like ``sqlite3.Row``."""
 
@@ -290,18 +320,7 @@ class PgChunkStore:
 
     def _connect(self) -> Any:
         """A new autocommit connection whose unqualified table names resolve in this store's schema."""
-        conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._connect_timeout)
-        if self._schema != DEFAULT_SCHEMA:
-            try:
-                # A session setting (autocommit: no transaction can roll it back); a schema that does not
-                # exist yet is skipped by PostgreSQL until init_schema creates it.
-                conn.execute(
-                    pgsql.SQL("SET search_path TO {}, public").format(pgsql.Identifier(self._schema))
-                )
-            except BaseException:
-                conn.close()
-                raise
-        return conn
+        return connect_in_schema(self._dsn, self._schema, self._connect_timeout)
 
     def close(self) -> None:
         """Close the connections. Safe to call twice; any later call raises ``ValueError``."""
@@ -323,16 +342,7 @@ class PgChunkStore:
     def _connection(self) -> Any:
         if self._conn is None:
             raise ValueError(f"chunk store ({redact_dsn(self._dsn)}) is closed; open a new PgChunkStore")
-        if self._conn.broken:
-            # The server restarted or dropped us: the statement that noticed has already failed; later
-            # calls get a fresh connection instead of failing forever.
-            try:
-                self._conn = self._connect()
-            except psycopg.Error as exc:
-                detail = scrub_secret(str(exc), self._dsn)
-                raise psycopg.OperationalError(
-                    f"PostgreSQL ({redact_dsn(self._dsn)}) is unreachable: {detail}"
-                ) from None
+        self._conn = live_connection(self._conn, self._dsn, self._connect)
         return self._conn
 
     @contextmanager

@@ -32,7 +32,14 @@ from ragspine.retrieval.visual.page_store import (
     row_to_page,
 )
 from ragspine.retrieval.visual.pages import PageRecord
-from ragspine.stores.pg_chunk_store import DEFAULT_SCHEMA, _check_schema, redact_dsn, scrub_secret
+from ragspine.stores.pg_chunk_store import (
+    DEFAULT_SCHEMA,
+    _check_schema,
+    connect_in_schema,
+    live_connection,
+    redact_dsn,
+    scrub_secret,
+)
 
 try:
     import psycopg
@@ -138,16 +145,7 @@ class PgVisualPageStore:
         return self._schema
 
     def _connect(self) -> Any:
-        conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._connect_timeout)
-        if self._schema != DEFAULT_SCHEMA:
-            try:
-                conn.execute(
-                    pgsql.SQL("SET search_path TO {}, public").format(pgsql.Identifier(self._schema))
-                )
-            except BaseException:
-                conn.close()
-                raise
-        return conn
+        return connect_in_schema(self._dsn, self._schema, self._connect_timeout)
 
     def _init_schema(self) -> None:
         with self._transaction() as conn:
@@ -177,15 +175,7 @@ class PgVisualPageStore:
     def _connection(self) -> Any:
         if self._conn is None:
             raise ValueError(f"page store ({self.db_path}) is closed; open a new PgVisualPageStore")
-        if self._conn.broken:
-            # The statement that noticed the loss has failed already; later calls reconnect.
-            try:
-                self._conn = self._connect()
-            except psycopg.Error as exc:
-                detail = scrub_secret(str(exc), self._dsn)
-                raise psycopg.OperationalError(
-                    f"PostgreSQL ({redact_dsn(self._dsn)}) is unreachable: {detail}"
-                ) from None
+        self._conn = live_connection(self._conn, self._dsn, self._connect)
         return self._conn
 
     @contextmanager
