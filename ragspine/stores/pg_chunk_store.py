@@ -197,6 +197,16 @@ def connect_in_schema(dsn: str, schema: str, connect_timeout: int) -> Any:
     return conn
 
 
+def first_connection(dsn: str, connect: Callable[[], Any]) -> Any:
+    """A store's first connection from ``connect``; ``ValueError`` without the DSN's password when the
+    server cannot be reached (a store that never opened is a configuration error, not an outage)."""
+    try:
+        return connect()
+    except psycopg.Error as exc:
+        detail = scrub_secret(str(exc), dsn)
+        raise ValueError(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {detail}".strip()) from None
+
+
 def live_connection(conn: Any, dsn: str, connect: Callable[[], Any]) -> Any:
     """``conn``, or a new one from ``connect`` when the server restarted or dropped it.
 
@@ -290,11 +300,7 @@ class PgChunkStore:
         self._lock = threading.RLock()
         self._listen_conn: Any = None
         self._conn: Any = None
-        try:
-            self._conn = self._connect()
-        except psycopg.Error as exc:
-            detail = scrub_secret(str(exc), dsn)
-            raise ValueError(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {detail}".strip()) from None
+        self._conn = first_connection(dsn, self._connect)
         try:
             self.init_schema()
         except BaseException:

@@ -36,6 +36,7 @@ from ragspine.stores.pg_chunk_store import (
     DEFAULT_SCHEMA,
     _check_schema,
     connect_in_schema,
+    first_connection,
     live_connection,
     redact_dsn,
     scrub_secret,
@@ -126,11 +127,7 @@ class PgVisualPageStore:
         self._connect_timeout = max(1, int(connect_timeout_s))
         self._lock = threading.RLock()
         self._conn: Any = None
-        try:
-            self._conn = self._connect()
-        except psycopg.Error as exc:
-            detail = scrub_secret(str(exc), dsn)
-            raise ValueError(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {detail}".strip()) from None
+        self._conn = first_connection(dsn, self._connect)
         try:
             self._init_schema()
         except BaseException:
