@@ -12,14 +12,14 @@ ENV PATH=/opt/venv/bin:$PATH
 # The CPU torch wheel first: the default Linux wheel on PyPI is the multi-GB CUDA build.
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml README.md ./
 COPY proto/ proto/
 COPY ragspine/ ragspine/
 COPY services/ services/
 # The gRPC stubs are regenerated from proto/ here so the image never ships stubs older than its protos.
 # psycopg alone, not the [postgres] extra: in a cluster the database is external, no bundled server needed.
 RUN pip install grpcio-tools==1.85.1 mypy-protobuf==5.1.0 \
-    && python services/gen_protos.py \
+    && python services/ragspine_services/gen_protos.py \
     && pip install "/src[service,models]" "psycopg[binary]==3.3.9" \
     && pip uninstall -y grpcio-tools mypy-protobuf
 

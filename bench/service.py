@@ -36,13 +36,13 @@ from typing import Any  # noqa: E402
 
 import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
-from ragspine.services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
-from ragspine.services.client import LocalFront  # noqa: E402
-from ragspine.services.front.libraries import LibraryCatalog  # noqa: E402
 
 from ragspine.ingest import iter_beir_jsonl  # noqa: E402
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
+from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
+from ragspine_services.client import LocalFront  # noqa: E402
+from ragspine_services.front.libraries import LibraryCatalog  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "scifact"
 LIBRARY = "scifact"

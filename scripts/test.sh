@@ -7,7 +7,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup.sh
 echo "== ruff"; .venv/bin/ruff check ragspine services tests bench
-echo "== mypy"; .venv/bin/mypy && .venv/bin/mypy services bench
+echo "== mypy"; .venv/bin/mypy && .venv/bin/mypy bench
 if [[ -f .ci/deploy_checks.sh ]]; then echo "== deploy checks"; bash .ci/deploy_checks.sh .venv; fi
 echo "== pytest"
 # tests/visual_engine needs colpali-engine, which does not import beside .venv's torch: it runs below.

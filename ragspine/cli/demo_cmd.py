@@ -60,10 +60,12 @@ def _default_eval_data() -> Path | None:
 
 def _ingest_requests(library: str) -> Any:
     from ragspine.samples import sample_manifest
-    from ragspine.services._gen import retrieval_pb2
+    from ragspine_services._gen import retrieval_pb2
 
     for path, fields in sample_manifest():
-        doc = retrieval_pb2.Document(file=path.read_bytes(), filename=path.name, **fields)
+        doc = retrieval_pb2.Document(file=path.read_bytes(), filename=path.name)
+        for name, value in fields.items():
+            setattr(doc, name, value)
         yield retrieval_pb2.IngestStreamRequest(library=library, document=doc)
 
 
@@ -71,10 +73,10 @@ def run_laptop_demo(data_dir: Path, *, top_k: int) -> int:
     """Serve laptop mode on a free loopback port, ingest and query over gRPC; returns restricted-hits seen."""
     from dataclasses import replace
 
-    from ragspine.services._gen import retrieval_pb2
-    from ragspine.services.client import RemoteFront
-    from ragspine.services.front.server import build_front_parts, start_front
     from ragspine.settings import Settings
+    from ragspine_services._gen import retrieval_pb2
+    from ragspine_services.client import RemoteFront
+    from ragspine_services.front.server import build_front_parts, start_front
 
     settings = replace(Settings.from_env(), data_dir=str(data_dir))
     print(f"starting laptop mode: SQLite under {data_dir}, retrieval mode {settings.retrieval_mode}, CPU")

@@ -73,7 +73,7 @@ def _files(paths: list[str]) -> Iterator[tuple[Path, dict[str, Any]]]:
 
 def _requests(args: argparse.Namespace) -> Iterator[Any]:
     from ragspine.ingest import iter_beir_jsonl
-    from ragspine.services._gen import retrieval_pb2
+    from ragspine_services._gen import retrieval_pb2
 
     defaults = {name: getattr(args, name) for name in _META_FLAGS if getattr(args, name)}
     if args.sensitivity:
@@ -100,8 +100,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from ragspine.services.client import LocalFront, RemoteFront
     from ragspine.settings import Settings
+    from ragspine_services.client import LocalFront, RemoteFront
 
     front: Any
     if args.server:

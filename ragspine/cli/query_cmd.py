@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def parse_filter(text: str) -> Any:
     """A wire ``FilterCondition`` from ``field<op>value``; ``ValueError`` shows the accepted forms."""
-    from ragspine.services._gen import retrieval_pb2
+    from ragspine_services._gen import retrieval_pb2
 
     match = _FILTER.match(text.strip())
     if not match or not match.group("value"):
@@ -57,9 +57,9 @@ def _run(args: argparse.Namespace) -> int:
 
     from google.protobuf.json_format import MessageToDict
 
-    from ragspine.services._gen import retrieval_pb2
-    from ragspine.services.client import LocalFront, RemoteFront
     from ragspine.settings import Settings
+    from ragspine_services._gen import retrieval_pb2
+    from ragspine_services.client import LocalFront, RemoteFront
 
     modes = {
         "default": retrieval_pb2.RETRIEVAL_MODE_UNSPECIFIED,

@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ragspine.services.common.logs import configure_json_logging
     from ragspine.settings import Settings
+    from ragspine_services.common.logs import configure_json_logging
 
     configure_json_logging(args.log_level if args.log_level != "WARNING" else "INFO")
     port_field = "worker_port" if args.role == "worker" else "front_port"
@@ -36,11 +36,11 @@ def _run(args: argparse.Namespace) -> int:
         **{port_field: args.port},
     )
     if args.role == "worker":
-        from ragspine.services.worker.server import serve_worker
+        from ragspine_services.worker.server import serve_worker
 
         serve_worker(settings, grace_s=settings.shutdown_grace_s)
     else:
-        from ragspine.services.front.server import serve_front
+        from ragspine_services.front.server import serve_front
 
         serve_front(settings, in_process=True if args.role == "all" else None)
     return 0

@@ -17,14 +17,14 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
-from ragspine.services._gen import retrieval_pb2 as pb
-from ragspine.services.client import RemoteFront
-from ragspine.services.common.errors import BackendUnavailableError, NotFoundError
-from ragspine.services.front.libraries import LibraryCatalog
 
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.settings import Settings
 from ragspine.stores.embedded_pg import EmbeddedPostgres, free_loopback_port
+from ragspine_services._gen import retrieval_pb2 as pb
+from ragspine_services.client import RemoteFront
+from ragspine_services.common.errors import BackendUnavailableError, NotFoundError
+from ragspine_services.front.libraries import LibraryCatalog
 from tests.service.helpers import free_port, spawn, wait_serving
 
 pytestmark = pytest.mark.timeout(120)

@@ -18,17 +18,16 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("pypdfium2")
 
-from ragspine.services._gen import retrieval_pb2, retrieval_pb2_grpc
-from ragspine.services.front import pages as front_pages
-from ragspine.services.front.server import build_front_parts, start_front
-from ragspine.services.worker.models import ModelFactories, ModelRegistry
-from ragspine.services.worker.server import start_worker
-
 from ragspine.retrieval.visual.encoders import ColQwen2Encoder
 from ragspine.retrieval.visual.page_index import VisualPageIndex
 from ragspine.retrieval.visual.random_models import save_tiny_model
 from ragspine.settings import Settings
 from ragspine.stores.embedded_pg import EmbeddedPostgres
+from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc
+from ragspine_services.front import pages as front_pages
+from ragspine_services.front.server import build_front_parts, start_front
+from ragspine_services.worker.models import ModelFactories, ModelRegistry
+from ragspine_services.worker.server import start_worker
 from tests.postgres.test_front_on_postgres import _drop_database, _fresh_database
 from tests.service.helpers import free_port
 from tests.service.test_visual_service import DPI, OPEN_PAGES, RecordingVisual

@@ -9,15 +9,15 @@ from typing import Any
 
 import grpc
 import pytest
-from ragspine.services._gen import retrieval_pb2_grpc
-from ragspine.services.common.server import RunningServer
-from ragspine.services.front.server import FrontParts, build_front_parts, start_front
-from ragspine.services.front.servicer import FrontLimits
-from ragspine.services.worker.models import ModelFactories, ModelRegistry
-from ragspine.services.worker.server import start_worker
-from ragspine.services.worker.servicer import WorkerLimits
 
 from ragspine.settings import Settings
+from ragspine_services._gen import retrieval_pb2_grpc
+from ragspine_services.common.server import RunningServer
+from ragspine_services.front.server import FrontParts, build_front_parts, start_front
+from ragspine_services.front.servicer import FrontLimits
+from ragspine_services.worker.models import ModelFactories, ModelRegistry
+from ragspine_services.worker.server import start_worker
+from ragspine_services.worker.servicer import WorkerLimits
 from tests.service.helpers import CountingEmbedding, LengthReranker, free_port
 
 

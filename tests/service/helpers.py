@@ -14,7 +14,8 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from ragspine.services._gen import retrieval_pb2
+
+from ragspine_services._gen import retrieval_pb2
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "ragspine" / "data" / "sample_corpus"

@@ -10,11 +10,11 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
-from ragspine.services._gen import retrieval_pb2 as pb
-from ragspine.services._gen import retrieval_pb2_grpc
-from ragspine.services.common.auth import OpenAuthenticator, TokenTableAuthenticator
-from ragspine.services.common.server import start_server
 
+from ragspine_services._gen import retrieval_pb2 as pb
+from ragspine_services._gen import retrieval_pb2_grpc
+from ragspine_services.common.auth import OpenAuthenticator, TokenTableAuthenticator
+from ragspine_services.common.server import start_server
 from tests.service.helpers import health_status, sample_documents
 
 TOKENS = {

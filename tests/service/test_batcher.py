@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-from ragspine.services.common.errors import OverloadedError, RequestTooLargeError
-from ragspine.services.worker.batcher import DynamicBatcher
 
+from ragspine_services.common.errors import OverloadedError, RequestTooLargeError
+from ragspine_services.worker.batcher import DynamicBatcher
 from tests.service.helpers import wait_for
 
 

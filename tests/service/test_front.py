@@ -6,10 +6,10 @@ import time
 
 import grpc
 import pytest
-from ragspine.services._gen import retrieval_pb2 as pb
-from ragspine.services.front.servicer import FrontLimits
-from ragspine.services.worker.servicer import WorkerLimits
 
+from ragspine_services._gen import retrieval_pb2 as pb
+from ragspine_services.front.servicer import FrontLimits
+from ragspine_services.worker.servicer import WorkerLimits
 from tests.service.helpers import (
     RESTRICTED_MARKER,
     GatedEmbedding,
@@ -203,7 +203,7 @@ def test_split_mode_hybrid_uses_the_worker_and_never_sends_restricted_text(make_
 
 def test_recording_worker_would_catch_restricted_text(make_worker) -> None:
     # Reverse proof: a pipeline that forgot exit #1 and sent RESTRICTED text would be seen by the recorder.
-    from ragspine.services.front.remote import RemoteEmbeddingBackend, WorkerClient
+    from ragspine_services.front.remote import RemoteEmbeddingBackend, WorkerClient
 
     worker = make_worker()
     client = WorkerClient(worker.address, token="svc-token")
@@ -228,7 +228,7 @@ def test_worker_down_gives_a_degraded_lexical_answer(make_front) -> None:
 def test_overloaded_worker_gives_resource_exhausted_there_and_degraded_here(make_front, make_worker) -> None:
     import threading
 
-    from ragspine.services.front.remote import WorkerClient
+    from ragspine_services.front.remote import WorkerClient
 
     gated = GatedEmbedding()
     worker = make_worker(gated, WorkerLimits(max_queue=1, max_concurrent=1))
@@ -241,7 +241,7 @@ def test_overloaded_worker_gives_resource_exhausted_there_and_degraded_here(make
         assert gated.entered.wait(5)
         busy[1].start()
         wait_for(lambda: worker_queue_depth() == 1)  # the second call waits in the worker's queue
-        from ragspine.services.common.errors import BackendUnavailableError
+        from ragspine_services.common.errors import BackendUnavailableError
 
         with pytest.raises(BackendUnavailableError, match="RESOURCE_EXHAUSTED"):
             client.embed(["c"], query=True)

@@ -8,12 +8,13 @@ import logging
 import grpc
 import pytest
 from prometheus_client import REGISTRY
-from ragspine.services._gen import retrieval_pb2 as pb
-from ragspine.services._gen import retrieval_pb2_grpc
-from ragspine.services.common import errors
-from ragspine.services.common.auth import OpenAuthenticator
-from ragspine.services.common.logs import JsonFormatter
-from ragspine.services.common.server import start_server
+
+from ragspine_services._gen import retrieval_pb2 as pb
+from ragspine_services._gen import retrieval_pb2_grpc
+from ragspine_services.common import errors
+from ragspine_services.common.auth import OpenAuthenticator
+from ragspine_services.common.logs import JsonFormatter
+from ragspine_services.common.server import start_server
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from ragspine.services._gen import retrieval_pb2 as pb
-from ragspine.services._gen import retrieval_pb2_grpc
 
+from ragspine_services._gen import retrieval_pb2 as pb
+from ragspine_services._gen import retrieval_pb2_grpc
 from tests.service.helpers import RESTRICTED_MARKER, SAMPLE, free_port, sample_documents, spawn, wait_serving
 
 pytestmark = pytest.mark.timeout(120)

@@ -47,13 +47,10 @@ def test_breaking_check_catches_a_removed_field(tmp_path: Path) -> None:
 
 
 def test_generated_stubs_match_the_protos() -> None:
-    sys.path.insert(0, str(REPO_ROOT / "services"))
-    try:
-        import gen_protos
-    finally:
-        sys.path.pop(0)
+    from ragspine_services import gen_protos
+
     rendered = gen_protos.render()
-    assert gen_protos.stale_files(rendered) == [], "run: python services/gen_protos.py"
+    assert gen_protos.stale_files(rendered) == [], "run: python services/ragspine_services/gen_protos.py"
     # Reverse proof: a stub that differs from what protoc renders is reported.
     tampered = dict(rendered)
     tampered["retrieval_pb2.py"] = rendered["retrieval_pb2.py"] + "# edited by hand\n"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from ragspine.services._gen import model_worker_pb2, model_worker_pb2_grpc
-from ragspine.services.front.remote import RemoteEmbeddingBackend, WorkerClient
-from ragspine.services.worker.models import ModelFactories, ModelRegistry
-from ragspine.services.worker.server import start_worker
 
+from ragspine_services._gen import model_worker_pb2, model_worker_pb2_grpc
+from ragspine_services.front.remote import RemoteEmbeddingBackend, WorkerClient
+from ragspine_services.worker.models import ModelFactories, ModelRegistry
+from ragspine_services.worker.server import start_worker
 from tests.service.helpers import CountingEmbedding
 
 

@@ -20,17 +20,16 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("pypdfium2")
 
-from ragspine.services._gen import model_worker_pb2, model_worker_pb2_grpc, retrieval_pb2, retrieval_pb2_grpc
-from ragspine.services.front import pages as front_pages
-from ragspine.services.front.server import build_front_parts, start_front
-from ragspine.services.worker.models import ModelFactories, ModelRegistry
-from ragspine.services.worker.server import start_worker
-from ragspine.services.worker.visual import encode_png
-
 from ragspine.retrieval.visual.encoders import ColQwen2Encoder
 from ragspine.retrieval.visual.pages import render_pdf_pages
 from ragspine.retrieval.visual.random_models import save_tiny_model
 from ragspine.settings import Settings
+from ragspine_services._gen import model_worker_pb2, model_worker_pb2_grpc, retrieval_pb2, retrieval_pb2_grpc
+from ragspine_services.front import pages as front_pages
+from ragspine_services.front.server import build_front_parts, start_front
+from ragspine_services.worker.models import ModelFactories, ModelRegistry
+from ragspine_services.worker.server import start_worker
+from ragspine_services.worker.visual import encode_png
 from tests.service.helpers import SAMPLE, free_port
 from tests.visual.visual_helpers import make_text_pdf
 
@@ -422,9 +421,8 @@ def test_cli_ingest_pages_in_process_then_visual_retrieve(
     tiny_colqwen: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Laptop mode: no worker, the encoder runs in the front's process and is chosen by the same settings.
-    from ragspine.services.client import LocalFront
-
     from ragspine.cli import main
+    from ragspine_services.client import LocalFront
 
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -468,7 +466,7 @@ def test_worker_refuses_what_is_not_a_png_page(make_stack: Callable[..., Stack])
 
 
 def test_multivectors_round_trip_and_truncation_is_refused() -> None:
-    from ragspine.services.worker.visual import pack_multivector, unpack_multivector
+    from ragspine_services.worker.visual import pack_multivector, unpack_multivector
 
     vectors = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
     exact = unpack_multivector(pack_multivector(vectors))

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from ragspine.services._gen import model_worker_pb2 as pb
-from ragspine.services._gen import model_worker_pb2_grpc
-from ragspine.services.common.server import RunningServer
-from ragspine.services.worker.models import ModelFactories, ModelRegistry
-from ragspine.services.worker.server import start_worker
-from ragspine.services.worker.servicer import WorkerLimits
 
+from ragspine_services._gen import model_worker_pb2 as pb
+from ragspine_services._gen import model_worker_pb2_grpc
+from ragspine_services.common.server import RunningServer
+from ragspine_services.worker.models import ModelFactories, ModelRegistry
+from ragspine_services.worker.server import start_worker
+from ragspine_services.worker.servicer import WorkerLimits
 from tests.service.helpers import (
     CountingEmbedding,
     GatedEmbedding,
@@ -163,7 +163,7 @@ def _quiet_embed(stub: model_worker_pb2_grpc.ModelWorkerServiceStub, text: str) 
 
 
 def test_front_client_splits_large_batches_to_fit_the_published_limits(worker_server) -> None:
-    from ragspine.services.front.remote import WorkerClient
+    from ragspine_services.front.remote import WorkerClient
 
     running, embedding = worker_server
     # 10 texts of ~27 tokens: more than 4 per call and more than 64 tokens for three of them.

@@ -1,4 +1,0 @@
-"""gRPC services of RAGSpine: the front tier, the model worker and the plumbing they share.
-
-Shipped inside the distribution as ``ragspine.services``; importing it needs the ``service`` extra.
-"""

@@ -1,0 +1,85 @@
+"""One server interceptor for both services: authenticate, map errors to status codes, time, log.
+
+Servicers stay thin: they raise ``ValueError`` or a domain error from ``errors.py`` and this layer turns it
+into the status from the one table there. Health checks and reflection skip authentication so that
+probes and tooling work without a token.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from ragspine_services.common import metrics
+from ragspine_services.common.auth import Authenticator, reset_current_caller, set_current_caller
+from ragspine_services.common.errors import status_for
+
+_LOG = logging.getLogger("ragspine_services.rpc")
+_UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+
+
+class ServiceInterceptor(grpc.ServerInterceptor):
+    """Wraps every unary-response handler with auth, error mapping, latency metrics and a JSON log line."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._auth = authenticator
+
+    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
+        handler = continuation(details)
+        method: str = details.method
+        if handler is None or method.startswith(_UNAUTHENTICATED_PREFIXES):
+            return handler
+        service, _, name = method.lstrip("/").rpartition("/")
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap(handler.unary_unary, service, name),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._wrap(handler.stream_unary, service, name),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # response-streaming methods: none in ragspine.v1 yet
+
+    def _wrap(
+        self, behavior: Callable[[Any, Any], Any], service: str, name: str
+    ) -> Callable[[Any, Any], Any]:
+        auth = self._auth
+
+        def handle(request: Any, context: grpc.ServicerContext) -> Any:
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            token = None
+            try:
+                metadata = {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str)}
+                token = set_current_caller(auth.authenticate(metadata))
+                return behavior(request, context)
+            except Exception as exc:
+                already = context.code() if hasattr(context, "code") else None
+                if already not in (None, grpc.StatusCode.OK):
+                    code = already  # the servicer aborted with its own status
+                    raise
+                code, message = status_for(exc)
+                if code is grpc.StatusCode.INTERNAL:
+                    _LOG.exception("rpc failed", extra={"rpc": f"{service}/{name}"})
+                else:
+                    _LOG.info("rpc rejected", extra={"rpc": f"{service}/{name}", "code": code.name})
+                context.abort(code, message)
+            finally:
+                if token is not None:
+                    reset_current_caller(token)
+                elapsed = time.perf_counter() - started
+                metrics.RPC_LATENCY.labels(service, name, code.name).observe(elapsed)
+                if _LOG.isEnabledFor(logging.DEBUG):  # skip building the record on the hot path
+                    _LOG.debug(
+                        "rpc", extra={"rpc": f"{service}/{name}", "code": code.name, "ms": elapsed * 1e3}
+                    )
+
+        return handle

@@ -1,0 +1,141 @@
+"""Server assembly shared by both services: options, TLS, health, reflection, graceful shutdown.
+
+Health starts NOT_SERVING for the overall service ("") and every named service; the caller flips it to
+SERVING once indexes or models are loaded. SIGTERM (and SIGINT) flip it back to NOT_SERVING so load
+balancers stop sending work, then in-flight calls get ``grace_s`` seconds to finish before exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ragspine_services.common.auth import Authenticator
+from ragspine_services.common.interceptor import ServiceInterceptor
+
+_LOG = logging.getLogger("ragspine_services.server")
+
+DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+DEFAULT_GRACE_S = 10.0
+
+
+def grpc_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    """Message-size and keepalive options used by servers and by the front's channel to the worker."""
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ]
+
+
+@dataclass
+class RunningServer:
+    """A started gRPC server with its health servicer."""
+
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+    service_names: tuple[str, ...]
+    _stopped: threading.Event = field(default_factory=threading.Event)
+
+    def set_serving(self, serving: bool) -> None:
+        """Report SERVING (or NOT_SERVING) for "" and every service name."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *self.service_names):
+            self.health.set(name, status)
+
+    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
+        """NOT_SERVING, refuse new calls, let in-flight calls finish for up to ``grace_s`` seconds."""
+        if self._stopped.is_set():
+            return
+        self.set_serving(False)
+        self.server.stop(grace_s).wait()
+        self._stopped.set()
+
+    def wait_for_signal(
+        self, grace_s: float = DEFAULT_GRACE_S, on_stop: Callable[[], None] | None = None
+    ) -> None:
+        """Block until SIGTERM/SIGINT, then drain (see :meth:`stop`) and run ``on_stop``. Main thread only."""
+        requested = threading.Event()
+
+        def _request(signum: int, _frame: Any) -> None:
+            _LOG.info("shutdown requested", extra={"signal": signal.Signals(signum).name, "grace_s": grace_s})
+            requested.set()
+
+        signal.signal(signal.SIGTERM, _request)
+        signal.signal(signal.SIGINT, _request)
+        while not requested.wait(0.5):
+            pass
+        self.stop(grace_s)
+        if on_stop is not None:
+            on_stop()
+        _LOG.info("stopped")
+
+
+def start_server(
+    *,
+    add_servicers: Callable[[grpc.Server], None],
+    service_names: Sequence[str],
+    authenticator: Authenticator,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tls_cert_file: str = "",
+    tls_key_file: str = "",
+    max_workers: int = 16,
+    max_concurrent_rpcs: int | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> RunningServer:
+    """Build, bind and start a server; returns it with health NOT_SERVING. ``port=0`` picks a free port.
+
+    TLS is used when both ``tls_cert_file`` and ``tls_key_file`` are set (one without the other is a
+    ``ValueError``). ``max_concurrent_rpcs`` makes gRPC answer RESOURCE_EXHAUSTED beyond that many calls.
+    Raises ``RuntimeError`` when the address cannot be bound.
+    """
+    if bool(tls_cert_file) != bool(tls_key_file):
+        raise ValueError("TLS needs both a certificate file and a key file (tls_cert_file, tls_key_file)")
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        interceptors=[ServiceInterceptor(authenticator)],
+        options=grpc_options(max_message_bytes),
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
+    )
+    add_servicers(server)
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    address = f"{host}:{port}"
+    if tls_cert_file:
+        credentials = grpc.ssl_server_credentials(
+            [(Path(tls_key_file).read_bytes(), Path(tls_cert_file).read_bytes())]
+        )
+        bound = server.add_secure_port(address, credentials)
+    else:
+        bound = server.add_insecure_port(address)
+    if not bound:
+        raise RuntimeError(f"could not bind {address}")
+    running = RunningServer(server, bound, health_servicer, tuple(service_names))
+    running.set_serving(False)
+    server.start()
+    _LOG.info(
+        "listening",
+        extra={"address": f"{host}:{bound}", "services": list(service_names), "tls": bool(tls_cert_file)},
+    )
+    return running

@@ -1,0 +1,337 @@
+"""The front tier's libraries: one chunk store and its indexes per library id.
+
+SQLite (default): ``{data_dir}/libraries/{library_id}.sqlite``. PostgreSQL (``settings.store_dsn``): one
+database shared by every front replica, one schema per library (``ragspine.stores.pg_libraries``), and a
+thread per opened library that follows the other replicas' writes (``ChangeFollower``) so its indexes are
+fresh before the next query. A library's indexes are built lazily from its store: the configured one
+(hybrid when the settings' mode uses embeddings) and, on request, a lexical one over the same store for
+``RETRIEVAL_MODE_LEXICAL``. Model components (embedding backend, reranker) are injected, so the same
+catalog serves laptop mode (in-process models) and split mode (worker clients).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ragspine.retrieval.assembly import assemble_index
+from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from ragspine.retrieval.lexical.types import EmbeddingBackend
+from ragspine.retrieval.mode import make_retrieval_mode
+from ragspine.retrieval.rerank.base import Reranker
+from ragspine.retrieval.visual.page_store import PageStore, VisualPageStore
+from ragspine.settings import Settings
+from ragspine.stores.pg_libraries import library_schema
+from ragspine_services.common.errors import BackendUnavailableError, NotFoundError
+from ragspine_services.front.change_follower import ChangeFollower
+from ragspine_services.front.pages import LibraryPages, pages_path
+
+if TYPE_CHECKING:
+    from ragspine.stores.pg_chunk_store import PgChunkStore
+    from ragspine.stores.pg_libraries import PgLibraryDirectory
+
+log = logging.getLogger(__name__)
+_LIBRARY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SUFFIX = ".sqlite"
+
+
+def check_library_id(library_id: str) -> str:
+    """Return ``library_id`` or raise ``ValueError`` saying what a valid id looks like."""
+    if not isinstance(library_id, str) or not _LIBRARY_ID.match(library_id):
+        raise ValueError(
+            f"library id {library_id!r} is invalid: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return library_id
+
+
+@dataclass
+class Library:
+    """One library: its store and lazily built indexes (guarded by ``lock`` while building)."""
+
+    library_id: str
+    store: ChunkStore | PgChunkStore
+    settings: Settings
+    embedding_backend: EmbeddingBackend | None
+    reranker: Reranker | None
+    sparse_encoder: Any = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    follower: ChangeFollower | None = None
+    _indexes: dict[bool, NarrativeIndex] = field(default_factory=dict)
+    visual_encoder: Any = None  # VisualEncoder; None = visual retrieval is off
+    pages_file: Path | None = None
+    # Opens the library's shared page store (PostgreSQL); when set it is used instead of ``pages_file``.
+    page_store_factory: Callable[[], PageStore] | None = None
+    _pages: LibraryPages | None = None
+
+    def pages(self, *, create: bool = False) -> LibraryPages | None:
+        """The library's page store and visual index; None when visual retrieval is off, or when a SQLite
+        library has no page file yet and ``create`` is not set (a read never creates one). A PostgreSQL
+        library's page table lives in its existing schema, so it is always opened (``create`` is moot).
+        Raises ``BackendUnavailableError`` when the page database cannot be reached."""
+        if self.visual_encoder is None or (self.pages_file is None and self.page_store_factory is None):
+            return None
+        with self.lock:
+            if self._pages is None:
+                store: PageStore
+                if self.page_store_factory is not None:
+                    store = self.page_store_factory()
+                else:
+                    assert self.pages_file is not None
+                    if not create and not self.pages_file.exists():
+                        return None
+                    self.pages_file.parent.mkdir(parents=True, exist_ok=True)
+                    store = VisualPageStore(self.pages_file)
+                self._pages = LibraryPages(self.library_id, store, self.visual_encoder)
+            return self._pages
+
+    @property
+    def lexical_only(self) -> bool:
+        """True when the configured mode is the zero-model lexical preset."""
+        mode = make_retrieval_mode(self.settings.retrieval_mode)
+        return not (mode.uses_embedding or mode.uses_sparse)
+
+    def index(self, *, lexical: bool = False) -> NarrativeIndex:
+        """The configured index, or a lexical-only one over the same store when ``lexical`` is set."""
+        lexical = lexical or self.lexical_only
+        with self.lock:
+            index = self._indexes.get(lexical)
+            if index is None:
+                if lexical:
+                    settings = replace(self.settings, retrieval_mode="economy")
+                    index = assemble_index(self.store, settings, reranker=self.reranker)
+                else:
+                    # Models are passed in (resolved once per process), never re-resolved per library.
+                    index = assemble_index(
+                        self.store,
+                        self.settings,
+                        embedding_backend=self.embedding_backend,
+                        reranker=self.reranker,
+                        sparse_encoder=self.sparse_encoder,
+                        # A shared vector store (pgvector) keeps each library's vectors in its own table.
+                        vector_namespace=library_schema(self.library_id),
+                    )
+                self._indexes[lexical] = index
+            return index
+
+    def built_indexes(self) -> list[NarrativeIndex]:
+        """The indexes built so far (none until the first query or write)."""
+        with self.lock:
+            return list(self._indexes.values())
+
+    def close(self) -> None:
+        """Stop following changes, then close the store."""
+        if self.follower is not None:
+            self.follower.stop()
+        if self._pages is not None:
+            self._pages.close()
+        self.store.close()
+
+    def writer(self) -> NarrativeIndex:
+        """The index used for writes (any index writes through the shared store; others sync on read)."""
+        with self.lock:
+            existing = next(iter(self._indexes.values()), None)
+        return existing if existing is not None else self.index()
+
+
+class LibraryCatalog:
+    """Opens, creates and lists libraries: SQLite files under one data folder, or schemas of the PostgreSQL
+    database named by ``settings.store_dsn``. Thread-safe.
+
+    With PostgreSQL, an unreachable database raises ``BackendUnavailableError`` (DSN password redacted),
+    here and from ``ids``/``get``; a DSN that does not parse raises ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedding_backend: EmbeddingBackend | None = None,
+        reranker: Reranker | None = None,
+        sparse_encoder: Any = None,
+        visual_encoder: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.visual_encoder = visual_encoder
+        self.root = Path(settings.data_dir) / "libraries"
+        self.embedding_backend = embedding_backend
+        self.reranker = reranker
+        self.sparse_encoder = sparse_encoder
+        self._libraries: dict[str, Library] = {}
+        self._lock = threading.Lock()
+        self._directory: PgLibraryDirectory | None = None
+        if settings.store_dsn.strip():
+            self._directory = _open_directory(settings.store_dsn.strip())
+
+    @property
+    def on_postgres(self) -> bool:
+        """True when libraries live in PostgreSQL (``settings.store_dsn``), False for SQLite files."""
+        return self._directory is not None
+
+    def _path(self, library_id: str) -> Path:
+        return self.root / f"{check_library_id(library_id)}{_SUFFIX}"
+
+    def on_disk(self) -> list[str]:
+        """Library ids that exist in the store of record (data folder or database), sorted."""
+        if self._directory is not None:
+            directory = self._directory
+            # Only ids a request could name: a foreign schema comment must not break ListLibraries.
+            return [
+                i for i in _unavailable_on_error(self.settings, directory.list_ids) if _LIBRARY_ID.match(i)
+            ]
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            p.name[: -len(_SUFFIX)] for p in self.root.glob(f"*{_SUFFIX}") if _LIBRARY_ID.match(p.stem)
+        )
+
+    def ids(self) -> list[str]:
+        """Every known library id (opened or on disk), sorted."""
+        with self._lock:
+            opened = set(self._libraries)
+        return sorted(opened | set(self.on_disk()))
+
+    def get(self, library_id: str, *, create: bool = False) -> Library:
+        """The library, opened on first use. Raises ``NotFoundError`` unless it exists or ``create``,
+        ``ValueError`` for an invalid id, ``BackendUnavailableError`` when the database is unreachable."""
+        if self._directory is not None:
+            return self._get_pg(self._directory, check_library_id(library_id), create)
+        path = self._path(library_id)
+        with self._lock:
+            library = self._libraries.get(library_id)
+            if library is not None:
+                return library
+            if not path.exists() and not create:
+                raise NotFoundError(f"library {library_id!r} does not exist; ingest into it first")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            library = Library(
+                library_id,
+                ChunkStore(path),
+                self.settings,
+                self.embedding_backend,
+                self.reranker,
+                self.sparse_encoder,
+                visual_encoder=self.visual_encoder,
+                pages_file=pages_path(self.root, library_id),
+            )
+            self._libraries[library_id] = library
+            return library
+
+    def _get_pg(self, directory: PgLibraryDirectory, library_id: str, create: bool) -> Library:
+        # The catalog lock is held while opening so two requests never open the same library twice.
+        with self._lock:
+            library = self._libraries.get(library_id)
+            if library is not None:
+                return library
+            store = _unavailable_on_error(self.settings, lambda: directory.open(library_id, create=create))
+            if store is None:
+                raise NotFoundError(f"library {library_id!r} does not exist; ingest into it first")
+            library = Library(
+                library_id,
+                store,
+                self.settings,
+                self.embedding_backend,
+                self.reranker,
+                self.sparse_encoder,
+                visual_encoder=self.visual_encoder,
+                # Pages live in the library's schema too: shared by replicas, kept across restarts.
+                page_store_factory=_pg_page_store_factory(self.settings.store_dsn.strip(), library_id),
+            )
+            library.follower = ChangeFollower(store, library.built_indexes, name=library_id).start()
+            self._libraries[library_id] = library
+            return library
+
+    def load_all(self) -> int:
+        """Open every library on disk, build its configured index and compute its chunk vectors / sparse
+        encodings (so the first queries are not the ones paying for them); returns how many were loaded.
+        A model that fails here is logged and retried lazily by queries."""
+        ids = self.on_disk()
+        for library_id in ids:
+            index = self.get(library_id).index()
+            try:
+                index.warm()
+            except Exception as exc:
+                log.warning(
+                    "warming library %s failed (%s); its vectors will be computed on demand", library_id, exc
+                )
+        return len(ids)
+
+    def close(self) -> None:
+        """Stop following changes and close every store (and the database directory); safe to call twice."""
+        with self._lock:
+            libraries = list(self._libraries.values())
+            self._libraries.clear()
+        for library in libraries:
+            library.close()
+        if self._directory is not None:
+            self._directory.close()
+
+    def describe(self) -> dict[str, Any]:
+        if self._directory is not None:
+            return {"store": redact_dsn(self.settings.store_dsn), "libraries": self.ids()}
+        return {"root": str(self.root), "libraries": self.ids()}
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` without its password (see ``ragspine.stores.pg_chunk_store.redact_dsn``)."""
+    from ragspine.stores.pg_chunk_store import redact_dsn as redact
+
+    return redact(dsn)
+
+
+def _pg_page_store_factory(dsn: str, library_id: str) -> Callable[[], PageStore]:
+    """Opens ``library_id``'s page store in its PostgreSQL schema; an unreachable database raises
+    ``BackendUnavailableError`` (password redacted)."""
+
+    def open_store() -> PageStore:
+        from ragspine.stores.pg_page_store import PgVisualPageStore
+
+        try:
+            return PgVisualPageStore(dsn, schema=library_schema(library_id))
+        except ValueError as exc:
+            # The schema name is valid by construction: this is the database (message already redacted).
+            raise BackendUnavailableError(str(exc)) from None
+
+    return open_store
+
+
+def _open_directory(dsn: str) -> PgLibraryDirectory:
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        from ragspine.stores.pg_libraries import PgLibraryDirectory
+    except ModuleNotFoundError:
+        raise BackendUnavailableError(
+            "store_dsn is set but the [postgres] extra is not installed: pip install 'ragspine[postgres]', "
+            "or unset RAGSPINE_STORE_DSN to use SQLite under data_dir"
+        ) from None
+    try:
+        conninfo_to_dict(dsn)
+    except Exception:
+        # The parser's message may quote the DSN, password included: say only where to look.
+        raise ValueError(
+            "RAGSPINE_STORE_DSN is not a valid PostgreSQL DSN; use postgresql://user:password@host:5432/db"
+        ) from None
+    try:
+        return PgLibraryDirectory(dsn)
+    except ValueError as exc:
+        # Its message already names the DSN redacted.
+        raise BackendUnavailableError(str(exc)) from None
+
+
+def _unavailable_on_error(settings: Settings, call: Any) -> Any:
+    """``call()``, with database errors turned into ``BackendUnavailableError``."""
+    import psycopg
+
+    try:
+        return call()
+    except psycopg.Error as exc:
+        raise BackendUnavailableError(
+            f"the library database ({redact_dsn(settings.store_dsn)}) is unavailable: {exc}"
+        ) from None

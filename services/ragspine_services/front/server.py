@@ -1,0 +1,133 @@
+"""Assemble and start the front tier: catalog + models (in-process or worker clients) + gRPC server."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from ragspine.retrieval.assembly import resolve_embedding, resolve_reranker, resolve_sparse
+from ragspine.retrieval.lexical.types import EmbeddingBackend
+from ragspine.retrieval.mode import make_retrieval_mode
+from ragspine.retrieval.rerank.base import Reranker
+from ragspine.settings import Settings
+from ragspine_services._gen import retrieval_pb2_grpc
+from ragspine_services.common.auth import Authenticator, OpenAuthenticator, TokenTableAuthenticator
+from ragspine_services.common.metrics import start_metrics_server
+from ragspine_services.common.server import RunningServer, start_server
+from ragspine_services.front.libraries import LibraryCatalog
+from ragspine_services.front.remote import (
+    RemoteEmbeddingBackend,
+    RemoteReranker,
+    RemoteSparseEncoder,
+    WorkerClient,
+)
+from ragspine_services.front.servicer import FrontLimits, RetrievalServicer
+from ragspine_services.front.visual_remote import RemoteVisualEncoder
+from ragspine_services.worker.server import visual_spec
+
+SERVICE_NAME = "ragspine.v1.RetrievalService"
+_LOG = logging.getLogger("ragspine_services.front")
+
+
+@dataclass
+class FrontParts:
+    """What a front needs besides the gRPC server; ``close()`` releases stores and the worker channel."""
+
+    catalog: LibraryCatalog
+    worker: WorkerClient | None
+    default_mode: str
+    reranker_name: str
+
+    def close(self) -> None:
+        self.catalog.close()
+        if self.worker is not None:
+            self.worker.close()
+
+
+def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> FrontParts:
+    """Catalog and models from settings. ``in_process`` (default: no ``worker_address``) runs models here;
+    otherwise they are clients of the worker at ``settings.worker_address``."""
+    local = not settings.worker_address if in_process is None else in_process
+    mode = make_retrieval_mode(settings.retrieval_mode)
+    embedding: EmbeddingBackend | None
+    reranker: Reranker | None
+    sparse: object = None
+    visual: object = None
+    worker = None
+    if local:
+        embedding = resolve_embedding(settings, mode)
+        sparse = resolve_sparse(settings, mode)
+        reranker = resolve_reranker(settings, sparse)
+        if visual_spec(settings):
+            from ragspine.retrieval.visual.factory import make_visual_encoder
+
+            visual = make_visual_encoder(visual_spec(settings), settings=settings)
+    else:
+        worker = WorkerClient(
+            settings.worker_address,
+            token=settings.worker_token,
+            timeout_s=settings.worker_timeout_s,
+            tls_ca_file=settings.extra.get("worker_tls_ca_file", ""),
+        )
+        wants_embedding = mode.uses_embedding and settings.embedding_spec.strip().lower() != "none"
+        embedding = RemoteEmbeddingBackend(worker) if wants_embedding else None
+        reranker = RemoteReranker(worker) if settings.reranker.strip().lower() not in ("", "none") else None
+        sparse = RemoteSparseEncoder(worker) if mode.uses_sparse else None
+        visual = RemoteVisualEncoder(worker) if visual_spec(settings) else None
+    if embedding is None and sparse is None and (mode.uses_embedding or mode.uses_sparse):
+        # Nothing to embed with: serve the lexical preset explicitly rather than resolving again per library.
+        settings = replace(settings, retrieval_mode="economy")
+    catalog = LibraryCatalog(
+        settings, embedding_backend=embedding, reranker=reranker, sparse_encoder=sparse, visual_encoder=visual
+    )
+    default_mode = "hybrid" if embedding is not None or sparse is not None else "lexical"
+    reranker_name = settings.reranker if reranker is not None else ""
+    return FrontParts(catalog, worker, default_mode, reranker_name)
+
+
+def front_authenticator(settings: Settings) -> Authenticator:
+    """Tokens-file auth when ``auth_tokens_file`` is set, else open (for loopback / laptop use)."""
+    if settings.auth_tokens_file:
+        return TokenTableAuthenticator.from_file(settings.auth_tokens_file)
+    return OpenAuthenticator()
+
+
+def start_front(
+    settings: Settings,
+    parts: FrontParts,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    authenticator: Authenticator | None = None,
+    limits: FrontLimits | None = None,
+) -> RunningServer:
+    """Start the front server, load every library on disk, then report SERVING."""
+    servicer = RetrievalServicer(
+        parts.catalog,
+        limits=limits,
+        default_mode=parts.default_mode,
+        reranker_name=parts.reranker_name,
+        remote_worker=parts.worker is not None,
+    )
+    running = start_server(
+        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(servicer, s),
+        service_names=[SERVICE_NAME],
+        authenticator=authenticator or front_authenticator(settings),
+        host=settings.host if host is None else host,
+        port=settings.front_port if port is None else port,
+        tls_cert_file=settings.tls_cert_file,
+        tls_key_file=settings.tls_key_file,
+        max_message_bytes=servicer.limits.max_message_bytes,
+    )
+    loaded = parts.catalog.load_all()
+    running.set_serving(True)
+    _LOG.info("front serving", extra={"port": running.port, "libraries": loaded, "mode": parts.default_mode})
+    return running
+
+
+def serve_front(settings: Settings, *, in_process: bool | None = None) -> None:
+    """Run the front tier until SIGTERM (``in_process=True`` is laptop mode: models in this process)."""
+    start_metrics_server(settings.metrics_port)
+    parts = build_front_parts(settings, in_process=in_process)
+    running = start_front(settings, parts)
+    running.wait_for_signal(settings.shutdown_grace_s, on_stop=parts.close)

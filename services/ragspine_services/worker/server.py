@@ -1,0 +1,88 @@
+"""Start the model worker: ``serve_worker(settings)`` (blocking) or ``start_worker(...)`` (for tests)."""
+
+from __future__ import annotations
+
+import logging
+
+from ragspine.retrieval.mode import make_retrieval_mode
+from ragspine.settings import Settings
+from ragspine_services._gen import model_worker_pb2_grpc
+from ragspine_services.common.auth import Authenticator, OpenAuthenticator, ServiceTokenAuthenticator
+from ragspine_services.common.metrics import start_metrics_server
+from ragspine_services.common.server import RunningServer, start_server
+from ragspine_services.worker.models import ModelRegistry
+from ragspine_services.worker.servicer import ModelWorkerServicer, WorkerLimits
+
+SERVICE_NAME = "ragspine.v1.ModelWorkerService"
+_LOG = logging.getLogger("ragspine_services.worker")
+
+
+def registry_from_settings(settings: Settings) -> ModelRegistry:
+    """The models a worker serves, from the same settings the in-process pipeline uses."""
+    embedding = settings.embedding_spec
+    return ModelRegistry(
+        embedding_spec="" if embedding in ("", "none") else embedding,
+        sparse_spec=settings.sparse_model
+        or ("splade" if make_retrieval_mode(settings.retrieval_mode).uses_sparse else ""),
+        reranker_spec="" if settings.reranker in ("", "none") else settings.reranker,
+        visual_spec=visual_spec(settings),
+    )
+
+
+def visual_spec(settings: Settings) -> str:
+    """``RAGSPINE_VISUAL_EMBEDDER`` and ``RAGSPINE_VISUAL_MODEL`` as one ``family[:model]`` spec, "" = off."""
+    family, _, inline = settings.visual_embedder.strip().partition(":")
+    family = family.strip().lower()
+    if family in ("", "none"):
+        return ""
+    model = inline.strip() or settings.visual_model.strip()
+    return f"{family}:{model}" if model else family
+
+
+def start_worker(
+    registry: ModelRegistry,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str = "",
+    limits: WorkerLimits | None = None,
+    tls_cert_file: str = "",
+    tls_key_file: str = "",
+    warm_up: bool = True,
+) -> RunningServer:
+    """Start a worker server (health SERVING once configured models are loaded). ``token`` = service token."""
+    servicer = ModelWorkerServicer(registry, limits)
+    lim = servicer.limits
+    authenticator: Authenticator = ServiceTokenAuthenticator(token) if token else OpenAuthenticator()
+    # Enough threads that every queued request reaches the batcher, which rejects the overflow at once.
+    slots = lim.max_queue + lim.max_concurrent + 4
+    running = start_server(
+        add_servicers=lambda s: model_worker_pb2_grpc.add_ModelWorkerServiceServicer_to_server(servicer, s),
+        service_names=[SERVICE_NAME],
+        authenticator=authenticator,
+        host=host,
+        port=port,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+        max_workers=slots,
+        max_concurrent_rpcs=slots,
+    )
+    if warm_up:
+        registry.warm_up()
+    running.set_serving(True)
+    return running
+
+
+def serve_worker(settings: Settings, *, grace_s: float = 10.0) -> None:
+    """Run the worker until SIGTERM, on ``settings.host:settings.worker_port``."""
+    start_metrics_server(settings.metrics_port)
+    running = start_worker(
+        registry_from_settings(settings),
+        host=settings.host,
+        port=settings.worker_port,
+        token=settings.worker_token,
+        tls_cert_file=settings.tls_cert_file,
+        tls_key_file=settings.tls_key_file,
+    )
+    _LOG.info("worker serving", extra={"port": running.port})
+    running.wait_for_signal(grace_s)
