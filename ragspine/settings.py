@@ -49,6 +49,7 @@ class Settings:
     front_port: int = 50051
     worker_port: int = 50052
     metrics_port: int = 0  # 0 = no Prometheus endpoint
+    metrics_host: str = ""  # address the metrics endpoint binds; empty = the same as ``host``
     worker_address: str = ""  # host:port of the model worker; empty = in-process models (laptop mode)
     worker_token: str = ""  # service token the front presents to the worker
     auth_tokens_file: str = ""  # JSON {token: {"caller": name, "libraries": [...] or ["*"]}}; empty = no auth
@@ -90,6 +91,11 @@ class Settings:
         settings = cls(**values)
         clean = {k: v for k, v in overrides.items() if v is not None}
         return replace(settings, **clean) if clean else settings
+
+    @property
+    def metrics_bind_host(self) -> str:
+        """Where ``/metrics`` listens: ``metrics_host``, else wherever gRPC binds (``host``)."""
+        return self.metrics_host or self.host
 
     @property
     def embedding_spec(self) -> str:

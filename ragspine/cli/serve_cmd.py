@@ -19,6 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-dir", default=None, help="folder holding the libraries (RAGSPINE_DATA_DIR)")
     parser.add_argument("--worker-address", default=None, help="host:port of the model worker (front only)")
     parser.add_argument("--metrics-port", type=int, default=None, help="Prometheus port (0 = off)")
+    parser.add_argument(
+        "--metrics-host",
+        default=None,
+        help="address the Prometheus endpoint binds (RAGSPINE_METRICS_HOST; default: the --host address)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -33,6 +38,7 @@ def _run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         worker_address=args.worker_address,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         **{port_field: args.port},
     )
     if args.role == "worker":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -17,12 +18,22 @@ SCRIPT = REPO_ROOT / ".ci" / "deploy_checks.sh"
 VENV = Path(sys.prefix)
 
 
-def _run_checks(root: Path) -> subprocess.CompletedProcess[str]:
+def _run_checks(
+    root: Path, *, checkov: bool = False, kube: str = "1.30.0"
+) -> subprocess.CompletedProcess[str]:
+    """Run the checks; the breakage tests leave out what they do not break (checkov, extra versions)."""
+    env = {
+        **os.environ,
+        "CHECKOV": "1" if checkov else "0",
+        "CHECKOV_VENV": str(REPO_ROOT / ".venv-checkov"),
+        "KUBE_VERSIONS": kube,
+    }
     return subprocess.run(
         ["bash", str(root / ".ci" / "deploy_checks.sh"), str(VENV)],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=600,
+        env=env,
     )
 
 
@@ -31,6 +42,8 @@ def _tree_copy(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     (root / ".ci").mkdir(parents=True)
     shutil.copy2(SCRIPT, root / ".ci")
+    shutil.copy2(REPO_ROOT / ".ci" / "checkov-skips.txt", root / ".ci")
+    shutil.copytree(REPO_ROOT / "scripts", root / "scripts")
     shutil.copytree(REPO_ROOT / "helm", root / "helm")
     for name in ("Dockerfile", "Dockerfile.gpu"):
         shutil.copy2(REPO_ROOT / name, root / name)
@@ -38,12 +51,32 @@ def _tree_copy(tmp_path: Path) -> Path:
 
 
 def test_deploy_checks_pass_on_the_tree() -> None:
-    done = _run_checks(REPO_ROOT)
+    versions = ("1.29.0", "1.30.0", "1.31.0")
+    done = _run_checks(REPO_ROOT, checkov=True, kube=" ".join(versions))
     assert done.returncode == 0, done.stdout + done.stderr
-    for label in ("default", "gpu", "cpu"):
+    for label in ("default", "gpu", "cpu", "postgresql"):
         assert f"ok   helm lint --strict + render [{label}]" in done.stdout
-        assert f"ok   kubernetes-validate --strict -k 1.30.0 [{label}]" in done.stdout
+        for version in versions:
+            assert f"ok   kubernetes-validate --strict -k {version} [{label}]" in done.stdout
+    assert "ok   checkov kubernetes [every value set]" in done.stdout
     assert "ok   hadolint Dockerfile.gpu" in done.stdout
+    assert "ok   chart README values table" in done.stdout
+
+
+def test_deploy_checks_fail_on_a_privileged_container(tmp_path: Path) -> None:
+    """Reverse proof of the policy lint: a privileged worker passes lint and schema, and checkov stops it."""
+    root = _tree_copy(tmp_path)
+    values = root / "helm" / "ragspine" / "values.yaml"
+    values.write_text(
+        values.read_text().replace(
+            "  allowPrivilegeEscalation: false", "  privileged: true\n  allowPrivilegeEscalation: false"
+        )
+    )
+    schema = root / "helm" / "ragspine" / "values.schema.json"
+    schema.unlink()  # the schema would refuse it first; the policy lint must stand on its own
+    done = _run_checks(root, checkov=True)
+    assert done.returncode == 1
+    assert "FAIL checkov kubernetes" in done.stdout and "CKV_K8S_16" in done.stdout
 
 
 def test_deploy_checks_fail_on_a_manifest_kubernetes_rejects(tmp_path: Path) -> None:
@@ -69,7 +102,8 @@ def test_deploy_checks_fail_on_a_template_that_does_not_render(tmp_path: Path) -
     )
     done = _run_checks(root)
     assert done.returncode == 1
-    assert "FAIL helm" in done.stdout and "[default]" in done.stdout
+    # The HPA renders only where autoscaling is on: the bundled-PostgreSQL set.
+    assert "FAIL helm" in done.stdout and "[postgresql]" in done.stdout
 
 
 def test_deploy_checks_fail_on_a_dockerfile_lint_error(tmp_path: Path) -> None:

@@ -24,6 +24,14 @@ def cpu_docs() -> list[Manifest]:
     return render(example_values("cpu"))
 
 
+_PG = {"store.backend": "postgresql", "postgresql.enabled": True, "front.autoscaling.enabled": True}
+
+
+@pytest.fixture(scope="module")
+def pg_docs() -> list[Manifest]:
+    return render(merged(None, **_PG))
+
+
 def _container(doc: Manifest) -> dict[str, Any]:
     containers = pod_spec(doc)["containers"]
     assert len(containers) == 1
@@ -34,18 +42,16 @@ def _env(doc: Manifest) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in _container(doc).get("env", [])}
 
 
-def test_defaults_render_autoscaling_disruption_budgets_and_network_policy(
-    default_docs: list[Manifest],
+def test_postgresql_release_renders_autoscaling_disruption_budgets_and_network_policy(
+    pg_docs: list[Manifest],
 ) -> None:
-    hpa = one(default_docs, "HorizontalPodAutoscaler", "-front")
-    assert (
-        hpa["spec"]["scaleTargetRef"]["name"] == one(default_docs, "Deployment", "-front")["metadata"]["name"]
-    )
-    assert {p["metadata"]["name"].rsplit("-", 1)[1] for p in find(default_docs, "PodDisruptionBudget")} == {
+    hpa = one(pg_docs, "HorizontalPodAutoscaler", "-front")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == one(pg_docs, "Deployment", "-front")["metadata"]["name"]
+    assert {p["metadata"]["name"].rsplit("-", 1)[1] for p in find(pg_docs, "PodDisruptionBudget")} == {
         "front",
         "worker",
     }
-    one(default_docs, "NetworkPolicy", "-worker")
+    one(pg_docs, "NetworkPolicy", "-worker")
 
 
 def test_one_image_serves_both_roles_by_command(default_docs: list[Manifest]) -> None:
@@ -56,11 +62,10 @@ def test_one_image_serves_both_roles_by_command(default_docs: list[Manifest]) ->
     assert front["ports"][0]["containerPort"] == 50051 and worker["ports"][0]["containerPort"] == 50052
 
 
-@pytest.mark.parametrize("docs_name", ["default_docs", "gpu_docs"])
-def test_gpu_worker_requests_gpus_and_tolerates_gpu_nodes(
-    docs_name: str, request: pytest.FixtureRequest
-) -> None:
-    worker = one(request.getfixturevalue(docs_name), "Deployment", "-worker")
+@pytest.mark.parametrize("values", [{"cpuOnly": False}, "gpu"], ids=["cpuOnly=false", "values-gpu"])
+def test_gpu_worker_requests_gpus_and_tolerates_gpu_nodes(values: dict[str, Any] | str) -> None:
+    docs = render(example_values(values) if isinstance(values, str) else merged(None, **values))
+    worker = one(docs, "Deployment", "-worker")
     assert int(_container(worker)["resources"]["limits"]["nvidia.com/gpu"]) >= 1
     assert any(t["key"] == "nvidia.com/gpu" for t in pod_spec(worker)["tolerations"])
     assert _env(worker)["RAGSPINE_DEVICE"] == "cuda"
@@ -129,7 +134,7 @@ def test_every_pod_runs_non_root_with_no_capabilities(values_name: str | None) -
 
 def test_store_dsn_comes_from_a_secret_and_never_appears_in_the_pod() -> None:
     dsn = "postgresql://rag:s3cret@db:5432/rag"
-    docs = render(merged(None, **{"store.postgresql.existingSecret": "", "store.postgresql.dsn": dsn}))
+    docs = render(merged(None, **{"store.backend": "postgresql", "externalPostgres.dsn": dsn}))
     front = one(docs, "Deployment", "-front")
     ref = _env(front)["RAGSPINE_STORE_DSN"]["secretKeyRef"]
     secret = one(docs, "Secret", ref["name"].removeprefix("rel-ragspine"))

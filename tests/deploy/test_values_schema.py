@@ -10,6 +10,8 @@ import pytest
 
 from tests.deploy.chart_render import CHART_DIR, copy_chart, example_values, helm, merged, render
 
+_PG_REPLICAS: dict[str, Any] = {"front.replicas": 2}
+
 # (label, dotted overrides on the defaults, a word the error must name so a person can find the key)
 BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     (
@@ -17,23 +19,48 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
         {"store.backend": "sqlite", "front.replicas": 2, "front.autoscaling.enabled": False},
         "/front/replicas",
     ),
-    ("sqlite with autoscaling", {"store.backend": "sqlite", "front.replicas": 1}, "/front/autoscaling"),
+    (
+        "sqlite with autoscaling",
+        {"store.backend": "sqlite", "front.replicas": 1, "front.autoscaling.enabled": True},
+        "/front/autoscaling",
+    ),
     ("unknown store backend", {"store.backend": "mysql"}, "/store/backend"),
-    ("postgresql without any DSN", {"store.postgresql.existingSecret": ""}, "/store/postgresql"),
+    ("postgresql without any database", {"store.backend": "postgresql", **_PG_REPLICAS}, "oneOf"),
     (
         "postgresql with a DSN and a Secret",
-        {"store.postgresql.dsn": "postgresql://u:p@db/rag"},
-        "/store/postgresql",
+        {
+            "store.backend": "postgresql",
+            "externalPostgres.existingSecret": "pg",
+            "externalPostgres.dsn": "postgresql://u:p@db/rag",
+            **_PG_REPLICAS,
+        },
+        "oneOf",
     ),
     (
-        "a DSN that is not PostgreSQL",
-        {"store.postgresql.existingSecret": "", "store.postgresql.dsn": "mysql://db/rag"},
-        "/store/postgresql/dsn",
+        "the chart's database and an external one",
+        {
+            "store.backend": "postgresql",
+            "postgresql.enabled": True,
+            "externalPostgres.existingSecret": "pg",
+            **_PG_REPLICAS,
+        },
+        "oneOf",
     ),
+    ("the chart's database under SQLite", {"postgresql.enabled": True}, "/store/backend"),
+    (
+        "a DSN that is not PostgreSQL",
+        {"store.backend": "postgresql", "externalPostgres.dsn": "mysql://db/rag", **_PG_REPLICAS},
+        "/externalPostgres/dsn",
+    ),
+    ("misspelt embedding backend", {"settings.embedding": "minilm-l6"}, "/settings/embedding"),
+    ("reranker spelt with a hyphen", {"settings.reranker": "cross-encoder"}, "/settings/reranker"),
+    ("unknown visual family", {"settings.visualEmbedder": "clip"}, "/settings/visualEmbedder"),
+    ("a model id that is a path escape", {"worker.modelFetch.models": ["../x"]}, "/worker/modelFetch/models"),
+    ("a database password that breaks the DSN", {"postgresql.password": "a@b"}, "/postgresql/password"),
     ("misspelt top-level key", {"fronts": {}}, "fronts"),
     ("misspelt nested key", {"worker.gpu.cuont": 1}, "cuont"),
     ("port out of range", {"front.port": 70000}, "/front/port"),
-    ("zero GPUs on a GPU worker", {"worker.gpu.count": 0}, "/worker/gpu/count"),
+    ("zero GPUs on a GPU worker", {"cpuOnly": False, "worker.gpu.count": 0}, "/worker/gpu/count"),
     ("replicas as a string", {"worker.replicas": "two"}, "/worker/replicas"),
     ("unknown retrieval mode", {"settings.retrievalMode": "fast"}, "/settings/retrievalMode"),
     ("extra env outside RAGSPINE_", {"settings.extraEnv": {"PATH": "/tmp"}}, "RAGSPINE_"),
@@ -104,5 +131,8 @@ def test_templates_refuse_sqlite_replicas_even_without_the_schema(tmp_path: Path
 def test_templates_refuse_postgresql_without_dsn_even_without_the_schema(tmp_path: Path) -> None:
     chart = copy_chart(tmp_path)
     (chart / "values.schema.json").unlink()
-    with pytest.raises(helm.HelmError, match=r"store\.postgresql\.existingSecret"):
-        render(merged(None, **{"store.postgresql.existingSecret": ""}), chart_dir=chart)
+    with pytest.raises(helm.HelmError, match=r"postgresql\.enabled=true .* externalPostgres\.existingSecret"):
+        render(merged(None, **{"store.backend": "postgresql", "front.replicas": 2}), chart_dir=chart)
+    with pytest.raises(helm.HelmError, match="not both"):
+        both = {"store.backend": "postgresql", "postgresql.enabled": True, "externalPostgres.dsn": "postgresql://x"}
+        render(merged(None, **both), chart_dir=chart)

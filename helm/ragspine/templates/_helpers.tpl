@@ -56,8 +56,35 @@ app.kubernetes.io/component: {{ .role }}
 {{- default (printf "%s-auth" (include "ragspine.fullname" .)) .Values.auth.existingSecret }}
 {{- end }}
 
+{{/* Secret holding the store DSN: the chart's PostgreSQL, an existing Secret, or one made from a DSN. */}}
 {{- define "ragspine.storeSecretName" -}}
-{{- default (printf "%s-store" (include "ragspine.fullname" .)) .Values.store.postgresql.existingSecret }}
+{{- if .Values.postgresql.enabled }}
+{{- printf "%s-postgresql" (include "ragspine.fullname" .) }}
+{{- else }}
+{{- default (printf "%s-store" (include "ragspine.fullname" .)) .Values.externalPostgres.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "ragspine.storeSecretKey" -}}
+{{- if .Values.postgresql.enabled }}dsn{{ else }}{{ .Values.externalPostgres.secretKey }}{{ end }}
+{{- end }}
+
+{{/* Model ids the worker's init container fetches: worker.modelFetch.models, else the settings' ids. */}}
+{{- define "ragspine.fetchModels" -}}
+{{- $ids := .Values.worker.modelFetch.models }}
+{{- if not $ids }}
+{{- $ids = compact (list .Values.settings.rerankerModel .Values.settings.visualModel) }}
+{{- end }}
+{{- join " " $ids }}
+{{- end }}
+
+{{/* Worker address for the front: the headless Service name resolves to every worker pod. */}}
+{{- define "ragspine.workerAddress" -}}
+{{- if .Values.worker.service.headless -}}
+dns:///{{ include "ragspine.fullname" . }}-worker.{{ .Release.Namespace }}.svc:{{ .Values.worker.service.port }}
+{{- else -}}
+{{ include "ragspine.fullname" . }}-worker:{{ .Values.worker.service.port }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -69,10 +96,20 @@ repeats it for installs that skip schema validation.
 {{- if or (gt (int .Values.front.replicas) 1) .Values.front.autoscaling.enabled }}
 {{- fail "store.backend=sqlite keeps one database file on one volume: set front.replicas=1 and front.autoscaling.enabled=false, or use store.backend=postgresql for several front replicas" }}
 {{- end }}
-{{- else }}
-{{- if and (not .Values.store.postgresql.existingSecret) (not .Values.store.postgresql.dsn) }}
-{{- fail "store.backend=postgresql needs a DSN: set store.postgresql.existingSecret (a Secret with key store.postgresql.secretKey) or store.postgresql.dsn" }}
+{{- if .Values.postgresql.enabled }}
+{{- fail "postgresql.enabled=true deploys PostgreSQL for store.backend=postgresql: set store.backend=postgresql" }}
 {{- end }}
+{{- else }}
+{{- $external := or .Values.externalPostgres.existingSecret .Values.externalPostgres.dsn }}
+{{- if and (not .Values.postgresql.enabled) (not $external) }}
+{{- fail "store.backend=postgresql needs a database: set postgresql.enabled=true (the chart deploys PostgreSQL with pgvector), or externalPostgres.existingSecret / externalPostgres.dsn" }}
+{{- end }}
+{{- if and .Values.postgresql.enabled $external }}
+{{- fail "set either postgresql.enabled or externalPostgres, not both" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.worker.modelFetch.enabled (not (include "ragspine.fetchModels" .)) }}
+{{- fail "worker.modelFetch.enabled=true needs model ids: set worker.modelFetch.models or settings.rerankerModel / visualModel" }}
 {{- end }}
 {{- if and .Values.front.autoscaling.enabled (gt (int .Values.front.autoscaling.minReplicas) (int .Values.front.autoscaling.maxReplicas)) }}
 {{- fail "front.autoscaling.minReplicas must not exceed front.autoscaling.maxReplicas" }}
@@ -111,5 +148,22 @@ tcpSocket:
 grpc:
   port: {{ .port }}
   service: {{ .service | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+topologySpreadConstraints of one role, each given the role's selector unless it has one:
+call with (dict "ctx" $ "role" "front" "constraints" .Values.front.topologySpreadConstraints).
+*/}}
+{{- define "ragspine.topologySpread" -}}
+{{- if .constraints }}
+topologySpreadConstraints:
+{{- range .constraints }}
+{{- $c := deepCopy . }}
+{{- if not $c.labelSelector }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" (include "ragspine.selectorLabels" (dict "ctx" $.ctx "role" $.role) | fromYaml)) }}
+{{- end }}
+  - {{- toYaml $c | nindent 4 }}
+{{- end }}
 {{- end }}
 {{- end }}

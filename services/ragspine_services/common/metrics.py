@@ -21,8 +21,11 @@ DEGRADED = Counter(
 _started: set[int] = set()
 
 
-def start_metrics_server(port: int, host: str = "0.0.0.0") -> bool:
-    """Expose ``/metrics`` on ``port`` once per process (``port == 0``: nothing). True if started."""
+def start_metrics_server(port: int, host: str = "127.0.0.1") -> bool:
+    """Expose ``/metrics`` on ``host:port`` once per process (``port == 0``: nothing). True if started.
+
+    The servers pass ``Settings.metrics_bind_host``: the gRPC bind address unless told otherwise, so a
+    server bound to loopback never exposes its metrics on every interface."""
     if port <= 0 or port in _started:
         return False
     start_http_server(port, addr=host)

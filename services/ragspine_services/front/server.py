@@ -127,7 +127,7 @@ def start_front(
 
 def serve_front(settings: Settings, *, in_process: bool | None = None) -> None:
     """Run the front tier until SIGTERM (``in_process=True`` is laptop mode: models in this process)."""
-    start_metrics_server(settings.metrics_port)
+    start_metrics_server(settings.metrics_port, settings.metrics_bind_host)
     parts = build_front_parts(settings, in_process=in_process)
     running = start_front(settings, parts)
     running.wait_for_signal(settings.shutdown_grace_s, on_stop=parts.close)

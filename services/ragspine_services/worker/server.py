@@ -75,7 +75,7 @@ def start_worker(
 
 def serve_worker(settings: Settings, *, grace_s: float = 10.0) -> None:
     """Run the worker until SIGTERM, on ``settings.host:settings.worker_port``."""
-    start_metrics_server(settings.metrics_port)
+    start_metrics_server(settings.metrics_port, settings.metrics_bind_host)
     running = start_worker(
         registry_from_settings(settings),
         host=settings.host,
