@@ -50,6 +50,7 @@ class Settings:
     worker_port: int = 50052
     metrics_port: int = 0  # 0 = no Prometheus endpoint
     metrics_host: str = ""  # address the metrics endpoint binds; empty = the same as ``host``
+    otlp_endpoint: str = ""  # OpenTelemetry collector (http://host:4317 or https://...); empty = no tracing
     worker_address: str = ""  # host:port of the model worker; empty = in-process models (laptop mode)
     worker_token: str = ""  # service token the front presents to the worker
     auth_tokens_file: str = ""  # JSON {token: {"caller": name, "libraries": [...] or ["*"]}}; empty = no auth

@@ -14,6 +14,7 @@ from ragspine_services._gen import retrieval_pb2_grpc
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, TokenTableAuthenticator
 from ragspine_services.common.metrics import start_metrics_server
 from ragspine_services.common.server import RunningServer, start_server
+from ragspine_services.common.tracing import configure_tracing, shutdown_tracing
 from ragspine_services.front.libraries import LibraryCatalog
 from ragspine_services.front.remote import (
     RemoteEmbeddingBackend,
@@ -128,6 +129,11 @@ def start_front(
 def serve_front(settings: Settings, *, in_process: bool | None = None) -> None:
     """Run the front tier until SIGTERM (``in_process=True`` is laptop mode: models in this process)."""
     start_metrics_server(settings.metrics_port, settings.metrics_bind_host)
+    # Before the worker channel and the server exist: both are instrumented when they are created.
+    configure_tracing(settings, "ragspine-front")
     parts = build_front_parts(settings, in_process=in_process)
     running = start_front(settings, parts)
-    running.wait_for_signal(settings.shutdown_grace_s, on_stop=parts.close)
+    try:
+        running.wait_for_signal(settings.shutdown_grace_s, on_stop=parts.close)
+    finally:
+        shutdown_tracing()

@@ -10,6 +10,7 @@ from ragspine_services._gen import model_worker_pb2_grpc
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, ServiceTokenAuthenticator
 from ragspine_services.common.metrics import start_metrics_server
 from ragspine_services.common.server import RunningServer, start_server
+from ragspine_services.common.tracing import configure_tracing, shutdown_tracing
 from ragspine_services.worker.models import ModelRegistry
 from ragspine_services.worker.servicer import ModelWorkerServicer, WorkerLimits
 
@@ -76,6 +77,7 @@ def start_worker(
 def serve_worker(settings: Settings, *, grace_s: float = 10.0) -> None:
     """Run the worker until SIGTERM, on ``settings.host:settings.worker_port``."""
     start_metrics_server(settings.metrics_port, settings.metrics_bind_host)
+    configure_tracing(settings, "ragspine-worker")
     running = start_worker(
         registry_from_settings(settings),
         host=settings.host,
@@ -85,4 +87,7 @@ def serve_worker(settings: Settings, *, grace_s: float = 10.0) -> None:
         tls_key_file=settings.tls_key_file,
     )
     _LOG.info("worker serving", extra={"port": running.port})
-    running.wait_for_signal(grace_s)
+    try:
+        running.wait_for_signal(grace_s)
+    finally:
+        shutdown_tracing()

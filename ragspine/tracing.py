@@ -1,0 +1,33 @@
+"""Tracing seam of the library: one span per pipeline stage, a no-op unless the service configured a tracer.
+
+The library never requires OpenTelemetry: with ``opentelemetry-api`` absent (or no tracer provider set up,
+the API's default) every call here costs a function call and nothing is recorded. The services configure a
+provider and an OTLP exporter (``ragspine_services.common.tracing``); from then on each ``stage_span`` is a
+child of the gRPC server span of the request it runs in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+try:  # the API package only: a few hundred KB, no exporter, no SDK
+    from opentelemetry import trace as _trace
+except ModuleNotFoundError:  # pragma: no cover - exercised where the service extra is not installed
+    _trace = None  # type: ignore[assignment]
+
+_TRACER_NAME = "ragspine"
+
+
+@contextmanager
+def stage_span(name: str, **attributes: Any) -> Iterator[Any]:
+    """A span named ``ragspine.<name>`` around one pipeline stage (attributes: str / int / float / bool).
+
+    Never put document text or a query in an attribute: traces leave the front."""
+    if _trace is None:
+        yield None
+        return
+    tracer = _trace.get_tracer(_TRACER_NAME)
+    with tracer.start_as_current_span(f"ragspine.{name}", attributes=attributes or None) as span:
+        yield span
