@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
-from ragspine.retrieval.vector.store import VectorHit, VectorRecord, Where, _as_vector
+from ragspine.retrieval.vector.types import VectorHit, VectorRecord, Where, as_vector
 from ragspine.stores.pg_chunk_store import redact_dsn
 
 try:
@@ -167,7 +167,7 @@ class PgVectorStore:
                 raise ValueError(f"VectorRecord.id {record.id!r} contains a NUL character")
             if not isinstance(record.metadata, Mapping):
                 raise ValueError(f"VectorRecord.metadata for {record.id!r} must be a mapping")
-            vec = _as_vector(record.vector, what=f"vector for {record.id!r}", dim=dim)
+            vec = as_vector(record.vector, what=f"vector for {record.id!r}", dim=dim)
             dim = int(vec.shape[0])
             try:
                 metadata = json.dumps(dict(record.metadata), allow_nan=False)
@@ -206,7 +206,7 @@ class PgVectorStore:
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"k must be a non-negative integer, got {k!r}")
         condition, params = self._where_sql(where) if where is not None else (pgsql.SQL("TRUE"), [])
-        q = _as_vector(vector, what="query vector", dim=self._dim)
+        q = as_vector(vector, what="query vector", dim=self._dim)
         if self._dim is None or k == 0:
             return []
         literal = _vector_literal(q.tolist())
