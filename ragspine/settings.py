@@ -1,8 +1,14 @@
 """One typed settings object, built from ``RAGSPINE_*`` environment variables (and CLI flags on top).
 
-Components never read the environment themselves: they receive values from here as arguments. The
-spec's factories (``make_embedding_backend(spec=None)`` and friends) resolve a missing ``spec`` through
-``Settings.from_env()`` so that behaviour stays in one place.
+Components never read the environment themselves: they receive values from here as arguments. Every
+factory (``make_embedding_backend`` and friends) takes ``settings=``; only when it is called with neither a
+``spec`` nor ``settings`` does it resolve them through ``Settings.from_env()``, the spec's documented
+behaviour, so that stays in one place.
+
+Selectors that switch an optional component off are read by :func:`choice` alone: blank means the
+selector's default, and ``none`` / ``off`` (any case, any surrounding space) mean off (``"none"``).
+``Settings.model_specs`` says, from the same fields, which models a deployment runs: the front and the
+model worker both read it, so neither needs the other's code to agree on it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,59 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 _PREFIX = "RAGSPINE_"
+
+OFF = "none"
+# Every spelling of "off" a selector accepts; choice() maps them all to OFF.
+OFF_SPELLINGS = frozenset({"none", "off"})
+
+
+def choice(value: object, default: str = OFF) -> str:
+    """A selector's value in canonical form: trimmed and lower-case, blank → ``default``, and every
+    spelling of off (``none``, ``off``) → ``"none"``. The one place where "none" is decided."""
+    text = "" if value is None else str(value).strip().lower()
+    if not text:
+        text = default
+    return OFF if text in OFF_SPELLINGS else text
+
+
+def is_off(value: object, default: str = OFF) -> bool:
+    """True when ``value`` (blank read as ``default``) switches its component off."""
+    return choice(value, default) == OFF
+
+
+# What each RAGSPINE_RETRIEVAL_MODE preset uses: alias -> (canonical name, dense embeddings, learned sparse).
+# ``ragspine.retrieval.mode`` turns these into ``RetrievalMode``; ``model_specs`` reads them here.
+RETRIEVAL_MODES: dict[str, tuple[str, bool, bool]] = {
+    "auto": ("auto", True, False),
+    "hybrid": ("hybrid", True, False),
+    "vector": ("vector", True, False),
+    "economy": ("economy", False, False),
+    "bm25": ("economy", False, False),
+    "lexical": ("economy", False, False),
+    "sparse": ("sparse", False, True),
+    "hybrid_sparse": ("hybrid_sparse", True, True),
+    "full": ("hybrid_sparse", True, True),
+}
+
+
+def retrieval_mode_key(spec: object) -> str:
+    """The ``RETRIEVAL_MODES`` key of a mode name (case-insensitive, ``-`` read as ``_``); raises
+    ``ValueError`` listing the choices for an unknown name."""
+    key = str(spec).strip().lower().replace("-", "_")
+    if key not in RETRIEVAL_MODES:
+        raise ValueError(f"unknown retrieval mode {spec!r}; choices: {', '.join(RETRIEVAL_MODES)}")
+    return key
+
+
+@dataclass(frozen=True)
+class ModelSpecs:
+    """The models a deployment runs, each ``""`` when off: what the model worker loads and what the front
+    asks it for (or loads itself in laptop mode)."""
+
+    embedding: str  # an embedding selector (``auto``, ``onnx``, ``e5``, ...)
+    sparse: str  # ``splade`` (the packaged SPLADE-tiny) or a SPLADE id / path
+    reranker: str  # a reranker selector (``cross_encoder``, ``colbert``, ``splade``, ...)
+    visual: str  # ``family[:model]`` (``colqwen2:vidore/colqwen2-v1.0-hf``)
 
 
 @dataclass(frozen=True)
@@ -102,3 +161,26 @@ class Settings:
     def embedding_spec(self) -> str:
         """The embedding selector after applying the spec's ``RAGSPINE_EMBEDDING_BACKEND`` alias."""
         return self.embedding_backend or self.embedding
+
+    @property
+    def visual_spec(self) -> str:
+        """``visual_embedder`` and ``visual_model`` as one ``family[:model]`` spec; ``""`` = visual off."""
+        family, _, inline = self.visual_embedder.strip().partition(":")
+        if is_off(family):
+            return ""
+        model = inline.strip() or self.visual_model.strip()
+        family = family.strip().lower()
+        return f"{family}:{model}" if model else family
+
+    @property
+    def model_specs(self) -> ModelSpecs:
+        """The models these settings run (see :class:`ModelSpecs`). Raises ``ValueError`` for an unknown
+        retrieval mode."""
+        _, _, uses_sparse = RETRIEVAL_MODES[retrieval_mode_key(self.retrieval_mode)]
+        embedding = "" if is_off(self.embedding_spec) else self.embedding_spec.strip()
+        return ModelSpecs(
+            embedding=embedding,
+            sparse=self.sparse_model or ("splade" if uses_sparse else ""),
+            reranker="" if is_off(self.reranker) else self.reranker.strip(),
+            visual=self.visual_spec,
+        )

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ragspine.models.batching import BatchPolicy, run_batched
+from ragspine.models.colbert_weights import load_projection
 from ragspine.models.device import make_onnx_session, select_device, select_dtype
 from ragspine.models.onnx_rerank_export import export_colbert, onnx_threads, quantize_int8, select_runtime
 from ragspine.models.packaged import DEFAULT_COLBERT_ID, require, resolve_model_dir
@@ -37,24 +38,6 @@ def maxsim(query_vectors: np.ndarray, doc_vectors: np.ndarray) -> float:
         return 0.0
     similarities = query_vectors @ doc_vectors.T  # (q, d)
     return float(similarities.max(axis=1).sum())
-
-
-def load_projection(folder: Path) -> np.ndarray:
-    """Read the ColBERT projection ``linear.weight`` (out_dim, hidden) from the checkpoint's weight files.
-
-    Raises ``ValueError`` when no weight file in ``folder`` has that tensor (not a ColBERT checkpoint).
-    """
-    torch = require("torch")
-    for file in sorted(folder.glob("*.safetensors")):
-        safetensors = require("safetensors.torch")
-        tensors = safetensors.load_file(str(file))
-        if "linear.weight" in tensors:
-            return np.asarray(tensors["linear.weight"].float().numpy())
-    for file in sorted(folder.glob("*.bin")):
-        state = torch.load(str(file), map_location="cpu", weights_only=True)
-        if "linear.weight" in state:
-            return np.asarray(state["linear.weight"].float().numpy())
-    raise ValueError(f"{str(folder)!r} holds no 'linear.weight' projection: not a ColBERT checkpoint")
 
 
 class ColBERTReranker:

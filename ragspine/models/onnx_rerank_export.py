@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ragspine.models.colbert_weights import load_projection
 from ragspine.models.onnx_export import _export, _tag
 from ragspine.models.packaged import cache_dir, require
 
@@ -114,8 +115,6 @@ def export_colbert(model_dir: Path, out_file: Path | None = None) -> Path:
     projection (not a ColBERT checkpoint), when the encoder cannot be loaded, or when the head does not fit
     the encoder's width.
     """
-    from ragspine.models.colbert import load_projection  # colbert imports this module lazily too
-
     target = out_file or rerank_onnx_path(model_dir, "colbert")
     if target.is_file():
         return target

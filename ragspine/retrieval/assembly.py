@@ -17,7 +17,7 @@ from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.lexical.types import EmbeddingBackend, SparseEncoder
 from ragspine.retrieval.mode import RetrievalMode, make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
-from ragspine.settings import Settings
+from ragspine.settings import OFF, Settings, choice, is_off
 
 if TYPE_CHECKING:
     from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
@@ -31,7 +31,7 @@ def resolve_embedding(settings: Settings, mode: RetrievalMode) -> EmbeddingBacke
         return None
     from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
 
-    return make_embedding_backend(settings.embedding_spec or "none")
+    return make_embedding_backend(settings.embedding_spec or OFF, settings=settings)
 
 
 # Passage vectors a SPLADE encoder keeps when it also reranks (~1-2 KB each for SPLADE-tiny), so the top
@@ -40,7 +40,7 @@ SPLADE_RERANK_CACHE = 50_000
 
 
 def _splade_rerank(settings: Settings) -> bool:
-    return (settings.reranker or "").strip().lower() == "splade"
+    return choice(settings.reranker) == "splade"
 
 
 def resolve_sparse(settings: Settings, mode: RetrievalMode) -> SparseEncoder | None:
@@ -76,8 +76,8 @@ def resolve_reranker(settings: Settings, sparse_encoder: SparseEncoder | None = 
     ``RAGSPINE_RERANKER_MODEL`` names a different model, so one model is loaded and passages encoded at
     index time are not encoded again; on its own it runs the ONNX export on the CPU, with a passage cache.
     """
-    name = (settings.reranker or "none").strip().lower()
-    if name == "none":
+    name = choice(settings.reranker)
+    if name == OFF:
         return None
     module = importlib.import_module("ragspine.retrieval.rerank.cross_encoder")
     kwargs: dict[str, Any] = {}
@@ -91,7 +91,7 @@ def resolve_reranker(settings: Settings, sparse_encoder: SparseEncoder | None = 
         kwargs.update(device=device, onnx=device == "cpu", cache_size=SPLADE_RERANK_CACHE)
     if settings.reranker_model:
         kwargs["model_name_or_path"] = settings.reranker_model
-    reranker: Reranker | None = module.make_reranker(name, **kwargs)
+    reranker: Reranker | None = module.make_reranker(name, settings=settings, **kwargs)
     return reranker
 
 
@@ -107,20 +107,22 @@ def assemble_index(
     """Build the index for ``store`` as ``settings`` describe; explicit components win over settings.
 
     ``vector_namespace`` keeps libraries apart in a shared vector store: with pgvector, vectors go to the
-    table ``ragspine_vectors_<namespace>`` (a lower-case SQL identifier) instead of ``ragspine_vectors``.
+    table ``ragspine_vectors_<namespace>`` (a lower-case SQL identifier) instead of ``ragspine_vectors``,
+    in the database of ``settings.store_dsn``. Every component is built from ``settings`` alone: nothing
+    here reads the environment.
     Components given in ``overrides`` (``sparse_encoder=...``) are used as they are, never also built.
     """
     mode = make_retrieval_mode(settings.retrieval_mode)
     backend = embedding_backend if embedding_backend is not None else resolve_embedding(settings, mode)
     vector_store = None
-    store_kind = settings.vector_store.strip().lower()
-    if backend is not None and store_kind not in ("", "memory", "inprocess", "none"):
+    store_kind = choice(settings.vector_store, default="memory").replace("-", "_")
+    if backend is not None and store_kind not in ("memory", "inprocess", "in_process", OFF):
         from ragspine.retrieval.vector.store import make_vector_store
 
         table: dict[str, Any] = {}
         if vector_namespace and store_kind in ("pgvector", "postgres", "postgresql"):
             table["table"] = f"ragspine_vectors_{vector_namespace}"
-        vector_store = make_vector_store(settings.vector_store, **table)
+        vector_store = make_vector_store(settings.vector_store, settings=settings, **table)
     glossary = load_glossary(settings.glossary_path) if settings.glossary_path else None
     sparse = overrides["sparse_encoder"] if "sparse_encoder" in overrides else resolve_sparse(settings, mode)
     kwargs: dict[str, Any] = {
@@ -130,16 +132,16 @@ def assemble_index(
         "reranker": reranker if reranker is not None else resolve_reranker(settings, sparse),
         "sparse_encoder": sparse,
     }
-    if settings.filter_extractor.strip().lower() not in ("", "none"):
+    if not is_off(settings.filter_extractor):
         from ragspine.retrieval.filtering.automatic import make_filter_extractor
 
-        kwargs["filter_extractor"] = make_filter_extractor(settings.filter_extractor)
-    if settings.chunker.strip().lower() not in ("", "default"):
+        kwargs["filter_extractor"] = make_filter_extractor(settings.filter_extractor, settings=settings)
+    if choice(settings.chunker, default="default") != "default":
         from ragspine.retrieval.chunking.factory import make_chunker
 
         # The semantic chunker reuses the index's embedding backend instead of loading a second model.
         chunker_kwargs = {"embedding_backend": backend} if backend is not None else {}
-        kwargs["chunker"] = make_chunker(settings.chunker, **chunker_kwargs)
+        kwargs["chunker"] = make_chunker(settings.chunker, settings=settings, **chunker_kwargs)
     kwargs.update(overrides)
     log.info(
         "assembled index: mode=%s embedding=%s reranker=%s",

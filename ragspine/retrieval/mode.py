@@ -1,4 +1,5 @@
-"""Named retrieval presets: which signal families service assembly builds.
+"""Named retrieval presets: which signal families service assembly builds (the table itself is
+``ragspine.settings.RETRIEVAL_MODES``, so settings can say which models a mode needs).
 
 ``economy`` (aliases ``bm25``, ``lexical``) is the zero-embedding preset: assembly constructs no
 embedding backend and no vector store. ``auto`` (aliases ``hybrid``, ``vector``) keeps the configured
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ragspine.settings import Settings
+from ragspine.settings import RETRIEVAL_MODES, Settings, retrieval_mode_key
 
 
 @dataclass(frozen=True)
@@ -22,33 +23,18 @@ class RetrievalMode:
     uses_sparse: bool = False
 
 
-# alias -> (canonical name, uses_embedding, uses_sparse)
-_MODES: dict[str, tuple[str, bool, bool]] = {
-    "auto": ("auto", True, False),
-    "hybrid": ("hybrid", True, False),
-    "vector": ("vector", True, False),
-    "economy": ("economy", False, False),
-    "bm25": ("economy", False, False),
-    "lexical": ("economy", False, False),
-    "sparse": ("sparse", False, True),
-    "hybrid_sparse": ("hybrid_sparse", True, True),
-    "full": ("hybrid_sparse", True, True),
-}
-
-RETRIEVAL_MODE_CHOICES: tuple[str, ...] = tuple(_MODES)
+RETRIEVAL_MODE_CHOICES: tuple[str, ...] = tuple(RETRIEVAL_MODES)
 
 
-def make_retrieval_mode(spec: str | None = None) -> RetrievalMode:
+def make_retrieval_mode(spec: str | None = None, *, settings: Settings | None = None) -> RetrievalMode:
     """Resolve a mode name (case-insensitive, ``-`` read as ``_``).
 
-    ``spec=None`` resolves through ``Settings.from_env().retrieval_mode`` (``RAGSPINE_RETRIEVAL_MODE``,
-    default ``"auto"``). Aliases keep their own name except ``bm25``/``lexical`` (→ ``economy``) and
-    ``full`` (→ ``hybrid_sparse``). Raises ``ValueError`` listing the choices for an unknown name.
+    ``spec=None`` resolves through ``settings.retrieval_mode``, or without ``settings`` through
+    ``Settings.from_env().retrieval_mode`` (``RAGSPINE_RETRIEVAL_MODE``, default ``"auto"``). Aliases keep
+    their own name except ``bm25``/``lexical`` (→ ``economy``) and ``full`` (→ ``hybrid_sparse``). Raises
+    ``ValueError`` listing the choices for an unknown name.
     """
     if spec is None:
-        spec = Settings.from_env().retrieval_mode
-    key = str(spec).strip().lower().replace("-", "_")
-    if key not in _MODES:
-        raise ValueError(f"unknown retrieval mode {spec!r}; choices: {', '.join(RETRIEVAL_MODE_CHOICES)}")
-    name, uses_embedding, uses_sparse = _MODES[key]
+        spec = (settings or Settings.from_env()).retrieval_mode
+    name, uses_embedding, uses_sparse = RETRIEVAL_MODES[retrieval_mode_key(spec)]
     return RetrievalMode(name, uses_embedding, uses_sparse)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import TracebackType
@@ -29,6 +29,7 @@ from typing import Any
 
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
+from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector, redact_dsn, scrub_secret
 
 try:
     import psycopg
@@ -47,7 +48,6 @@ __all__ = [
 ]
 
 CHANGE_CHANNEL = "ragspine_chunk_changes"
-DEFAULT_SCHEMA = "public"
 # Lowercase so the name needs no quoting anywhere (psql, grants, logs); 63 bytes is PostgreSQL's limit.
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _MAX_IDENTIFIER = 63
@@ -153,75 +153,6 @@ def _require_psycopg() -> None:
         raise ValueError("the PostgreSQL store needs the [postgres] extra: pip install 'ragspine[postgres]'")
 
 
-def redact_dsn(dsn: str) -> str:
-    """``dsn`` with any password removed, for error messages and logs."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        parts = conninfo_to_dict(dsn)
-    except Exception:
-        return "<unparseable DSN>"
-    parts.pop("password", None)
-    return " ".join(f"{k}={v}" for k, v in sorted(parts.items()))
-
-
-def scrub_secret(message: str, dsn: str) -> str:
-    """``message`` (say, a driver error) with the DSN's password replaced by ``***``, in every spelling it
-    may take (as typed in a URI, or decoded). Some libpq errors quote part of the connection string."""
-    from urllib.parse import quote, unquote
-
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        password = str(conninfo_to_dict(dsn).get("password") or "")
-    except Exception:
-        # Unparseable: the driver may echo any of it, so say nothing more than that it failed.
-        return "the DSN does not parse (details withheld: they could contain a password)"
-    for spelling in sorted({password, quote(password, safe=""), unquote(password)} - {""}, key=len)[::-1]:
-        message = message.replace(spelling, "***")
-    return message
-
-
-def connect_in_schema(dsn: str, schema: str, connect_timeout: int) -> Any:
-    """A new autocommit connection (``connect_timeout`` in whole seconds) whose unqualified table names
-    resolve in ``schema``."""
-    conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
-    if schema != DEFAULT_SCHEMA:
-        try:
-            # A session setting (autocommit: no transaction can roll it back); a schema that does not
-            # exist yet is skipped by PostgreSQL until the store creates it.
-            conn.execute(pgsql.SQL("SET search_path TO {}, public").format(pgsql.Identifier(schema)))
-        except BaseException:
-            conn.close()
-            raise
-    return conn
-
-
-def first_connection(dsn: str, connect: Callable[[], Any]) -> Any:
-    """A store's first connection from ``connect``; ``ValueError`` without the DSN's password when the
-    server cannot be reached (a store that never opened is a configuration error, not an outage)."""
-    try:
-        return connect()
-    except psycopg.Error as exc:
-        detail = scrub_secret(str(exc), dsn)
-        raise ValueError(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {detail}".strip()) from None
-
-
-def live_connection(conn: Any, dsn: str, connect: Callable[[], Any]) -> Any:
-    """``conn``, or a new one from ``connect`` when the server restarted or dropped it.
-
-    The statement that noticed the loss has already failed; later calls get a fresh connection instead of
-    failing forever. A failed reconnect raises ``psycopg.OperationalError`` without the DSN's password.
-    """
-    if not conn.broken:
-        return conn
-    try:
-        return connect()
-    except psycopg.Error as exc:
-        detail = scrub_secret(str(exc), dsn)
-        raise psycopg.OperationalError(f"PostgreSQL ({redact_dsn(dsn)}) is unreachable: {detail}") from None
-
-
 class PgRow(tuple[Any, ...]):
     """One ``execute_read`` row: indexable by position or by column name, like ``sqlite3.Row``."""
 
@@ -296,11 +227,12 @@ class PgChunkStore:
         self._channel = change_channel(schema)
         self._write_lock = _write_lock_key(schema)
         self._dsn = dsn
-        self._connect_timeout = max(1, int(connect_timeout_s))
+        # Connect timeout, password-free errors and reconnect-after-drop: the helper every PG store shares.
+        self._pg = PgConnector(dsn, schema=self._schema, connect_timeout_s=connect_timeout_s)
         self._lock = threading.RLock()
         self._listen_conn: Any = None
         self._conn: Any = None
-        self._conn = first_connection(dsn, self._connect)
+        self._conn = self._pg.first()
         try:
             self.init_schema()
         except BaseException:
@@ -326,7 +258,7 @@ class PgChunkStore:
 
     def _connect(self) -> Any:
         """A new autocommit connection whose unqualified table names resolve in this store's schema."""
-        return connect_in_schema(self._dsn, self._schema, self._connect_timeout)
+        return self._pg.connect()
 
     def close(self) -> None:
         """Close the connections. Safe to call twice; any later call raises ``ValueError``."""
@@ -348,7 +280,7 @@ class PgChunkStore:
     def _connection(self) -> Any:
         if self._conn is None:
             raise ValueError(f"chunk store ({redact_dsn(self._dsn)}) is closed; open a new PgChunkStore")
-        self._conn = live_connection(self._conn, self._dsn, self._connect)
+        self._conn = self._pg.live(self._conn)
         return self._conn
 
     @contextmanager

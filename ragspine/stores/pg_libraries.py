@@ -12,7 +12,8 @@ import re
 import threading
 from typing import Any
 
-from ragspine.stores.pg_chunk_store import DEFAULT_SCHEMA, PgChunkStore, redact_dsn, scrub_secret
+from ragspine.stores.pg_chunk_store import PgChunkStore
+from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector
 
 try:
     import psycopg
@@ -72,24 +73,16 @@ class PgLibraryDirectory:
         if not isinstance(dsn, str) or not dsn.strip():
             raise ValueError("dsn is empty; give a PostgreSQL DSN such as postgresql://user@host:5432/db")
         self._dsn = dsn
-        self._timeout = max(1, int(connect_timeout_s))
+        self._timeout = connect_timeout_s
+        # Connect timeout, password-free errors and reconnect-after-drop: the helper every PG store shares.
+        self._pg = PgConnector(dsn, connect_timeout_s=connect_timeout_s)
         self._lock = threading.Lock()
         self._conn: Any = None
         with self._lock:
-            try:
-                self._connection()
-            except psycopg.OperationalError as exc:
-                raise ValueError(str(exc)) from None
+            self._conn = self._pg.first()
 
     def _connection(self) -> Any:
-        if self._conn is None or self._conn.broken:
-            try:
-                self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._timeout)
-            except psycopg.Error as exc:
-                detail = scrub_secret(str(exc), self._dsn)
-                raise psycopg.OperationalError(
-                    f"cannot connect to PostgreSQL ({redact_dsn(self._dsn)}): {detail}"
-                ) from None
+        self._conn = self._pg.live(self._conn)
         return self._conn
 
     def close(self) -> None:

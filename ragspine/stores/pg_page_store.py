@@ -32,15 +32,8 @@ from ragspine.retrieval.visual.page_store import (
     row_to_page,
 )
 from ragspine.retrieval.visual.pages import PageRecord
-from ragspine.stores.pg_chunk_store import (
-    DEFAULT_SCHEMA,
-    _check_schema,
-    connect_in_schema,
-    first_connection,
-    live_connection,
-    redact_dsn,
-    scrub_secret,
-)
+from ragspine.stores.pg_chunk_store import _check_schema
+from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector, redact_dsn
 
 try:
     import psycopg
@@ -120,14 +113,15 @@ class PgVisualPageStore:
             raise ValueError("dsn is empty; give a PostgreSQL DSN such as postgresql://user@host:5432/db")
         check_store_settings(dtype, pool_factor)
         self._schema = _check_schema(schema)
+        # Connect timeout, password-free errors and reconnect-after-drop: the helper every PG store shares.
+        self._pg = PgConnector(dsn, schema=schema, connect_timeout_s=connect_timeout_s)
         self._dsn = dsn
         self.db_path = f"{redact_dsn(dsn)} schema={schema}"
         self.dtype = dtype
         self.pool_factor = pool_factor
-        self._connect_timeout = max(1, int(connect_timeout_s))
         self._lock = threading.RLock()
         self._conn: Any = None
-        self._conn = first_connection(dsn, self._connect)
+        self._conn = self._pg.first()
         try:
             self._init_schema()
         except BaseException:
@@ -142,7 +136,7 @@ class PgVisualPageStore:
         return self._schema
 
     def _connect(self) -> Any:
-        return connect_in_schema(self._dsn, self._schema, self._connect_timeout)
+        return self._pg.connect()
 
     def _init_schema(self) -> None:
         with self._transaction() as conn:
@@ -172,19 +166,16 @@ class PgVisualPageStore:
     def _connection(self) -> Any:
         if self._conn is None:
             raise ValueError(f"page store ({self.db_path}) is closed; open a new PgVisualPageStore")
-        self._conn = live_connection(self._conn, self._dsn, self._connect)
+        self._conn = self._pg.live(self._conn)
         return self._conn
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
         with self._lock:
             conn = self._connection()
-            try:
-                with conn.transaction():
-                    yield conn
-            except psycopg.OperationalError as exc:
-                # Driver messages may quote the connection string: never let a password through.
-                raise psycopg.OperationalError(scrub_secret(str(exc), self._dsn)) from None
+            # Driver messages may quote the connection string: never let a password through.
+            with self._pg.errors(), conn.transaction():
+                yield conn
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._transaction() as conn:

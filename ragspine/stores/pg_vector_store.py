@@ -20,8 +20,8 @@ from types import TracebackType
 from typing import Any
 
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
-from ragspine.retrieval.vector.store import VectorHit, VectorRecord, Where, _as_vector
-from ragspine.stores.pg_chunk_store import redact_dsn
+from ragspine.retrieval.vector.types import VectorHit, VectorRecord, Where, as_vector
+from ragspine.stores.pg_connect import DEFAULT_CONNECT_TIMEOUT_S, PgConnector
 
 try:
     import psycopg
@@ -47,13 +47,22 @@ class PgVectorStore:
 
     ``dsn``: PostgreSQL connection string; ``table``: a lower-case SQL identifier (one table per
     embedding model, since the dimension is fixed); ``ef_search``: HNSW search breadth (higher = better
-    recall, slower). The table is created on the first upsert. Raises ``ValueError`` for an unreachable
-    server (password redacted), a server without the ``vector`` extension, a bad table name, and for
-    every input ``InProcessVectorStore`` refuses (wrong dimension, NaN, zero vectors, bad ``k``, empty
-    ``where`` in ``delete``).
+    recall, slower); ``connect_timeout_s``: how long one connection attempt may take. The table is created
+    on the first upsert. Raises ``ValueError`` for an unreachable server (password redacted), a server
+    without the ``vector`` extension, a bad table name, and for every input ``InProcessVectorStore``
+    refuses (wrong dimension, NaN, zero vectors, bad ``k``, empty ``where`` in ``delete``). When the
+    server drops the connection, the call in flight raises ``psycopg.OperationalError`` and the next call
+    reconnects.
     """
 
-    def __init__(self, dsn: str, *, table: str = "ragspine_vectors", ef_search: int = 100) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        table: str = "ragspine_vectors",
+        ef_search: int = 100,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> None:
         if psycopg is None:
             raise ValueError(
                 "the pgvector store needs the [postgres] extra: pip install 'ragspine[postgres]'"
@@ -64,14 +73,13 @@ class PgVectorStore:
             )
         if isinstance(ef_search, bool) or not isinstance(ef_search, int) or not 1 <= ef_search <= 1000:
             raise ValueError(f"ef_search must be an integer in [1, 1000], got {ef_search!r}")
+        # Connect timeout, password-free errors and reconnect-after-drop: the helper every PG store shares.
+        self._pg = PgConnector(dsn, connect_timeout_s=connect_timeout_s, what="the pgvector store")
         self._dsn = dsn
         self._table = table
         self._ef_search = ef_search
         self._lock = threading.RLock()
-        try:
-            self._conn: Any = psycopg.connect(dsn, autocommit=True)
-        except psycopg.Error as exc:
-            raise ValueError(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {exc}".strip()) from None
+        self._conn: Any = self._pg.first()
         try:
             with self._conn.transaction():
                 self._conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"ragspine:{table}",))
@@ -79,7 +87,8 @@ class PgVectorStore:
         except psycopg.Error as exc:
             self._conn.close()
             raise ValueError(
-                f"PostgreSQL ({redact_dsn(dsn)}) cannot provide the pgvector extension: {exc}; "
+                f"PostgreSQL ({self._pg.redacted}) cannot provide the pgvector extension: "
+                f"{self._pg.scrub(str(exc))}; "
                 "install pgvector on the server or run CREATE EXTENSION vector as a superuser"
             ) from None
         self._dim: int | None = self._read_dim()
@@ -104,6 +113,7 @@ class PgVectorStore:
     def _connection(self) -> Any:
         if self._conn is None:
             raise ValueError("the pgvector store is closed; open a new PgVectorStore")
+        self._conn = self._pg.live(self._conn)
         return self._conn
 
     @property
@@ -167,7 +177,7 @@ class PgVectorStore:
                 raise ValueError(f"VectorRecord.id {record.id!r} contains a NUL character")
             if not isinstance(record.metadata, Mapping):
                 raise ValueError(f"VectorRecord.metadata for {record.id!r} must be a mapping")
-            vec = _as_vector(record.vector, what=f"vector for {record.id!r}", dim=dim)
+            vec = as_vector(record.vector, what=f"vector for {record.id!r}", dim=dim)
             dim = int(vec.shape[0])
             try:
                 metadata = json.dumps(dict(record.metadata), allow_nan=False)
@@ -206,7 +216,7 @@ class PgVectorStore:
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"k must be a non-negative integer, got {k!r}")
         condition, params = self._where_sql(where) if where is not None else (pgsql.SQL("TRUE"), [])
-        q = _as_vector(vector, what="query vector", dim=self._dim)
+        q = as_vector(vector, what="query vector", dim=self._dim)
         if self._dim is None or k == 0:
             return []
         literal = _vector_literal(q.tolist())

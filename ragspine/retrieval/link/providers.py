@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.rerank.listwise_rerank import parse_listwise_prompt
-from ragspine.settings import Settings
+from ragspine.settings import OFF, Settings, choice
 
 LLM_PROVIDER_CHOICES: tuple[str, ...] = ("none", "openai", "openai_compatible", "deterministic")
 
@@ -148,25 +148,29 @@ class DeterministicProvider:
         return " > ".join(f"[{i + 1}]" for i in order)
 
 
-def make_llm_provider(spec: str | None = None, **kwargs: Any) -> LLMProvider | None:
+def make_llm_provider(
+    spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any
+) -> LLMProvider | None:
     """Select an LLM provider by name (case-insensitive).
 
-    ``spec=None`` reads ``RAGSPINE_LLM_PROVIDER`` (``Settings.extra``) and otherwise means ``"openai"`` when
-    ``RAGSPINE_LLM_BASE_URL`` is set, else ``"none"``. ``"none"`` → ``None``; ``"openai"`` /
-    ``"openai_compatible"`` → ``OpenAICompatibleProvider`` with ``base_url``/``api_key``/``model``/
-    ``timeout_s`` from ``kwargs`` or the settings (``llm_base_url``, ``llm_api_key``, ``llm_model``,
-    ``http_timeout_s``); ``"deterministic"`` → ``DeterministicProvider()``. Raises ``ValueError`` listing
-    the choices for an unknown name, or when no base URL is known for the OpenAI client.
+    ``spec=None`` reads ``settings.llm_provider`` (``RAGSPINE_LLM_PROVIDER``; ``Settings.from_env()`` when
+    no ``settings`` are given) and otherwise means ``"openai"`` when ``llm_base_url`` is set, else
+    ``"none"``. ``"none"`` (or blank, ``"off"``) → ``None``; ``"openai"`` / ``"openai_compatible"`` →
+    ``OpenAICompatibleProvider`` with ``base_url``/``api_key``/``model``/ ``timeout_s`` from ``kwargs`` or
+    the settings (``llm_base_url``, ``llm_api_key``, ``llm_model``, ``http_timeout_s``);
+    ``"deterministic"`` → ``DeterministicProvider()``. Raises ``ValueError`` listing the choices for an
+    unknown name, or when no base URL is known for the OpenAI client.
     """
-    settings = Settings.from_env()
     if spec is None:
-        spec = settings.llm_provider or ("openai" if settings.llm_base_url else "none")
-    name = str(spec).strip().lower().replace("-", "_")
-    if name in ("", "none"):
+        settings = settings or Settings.from_env()
+        spec = settings.llm_provider or ("openai" if settings.llm_base_url else OFF)
+    name = choice(spec).replace("-", "_")
+    if name == OFF:
         return None
     if name == "deterministic":
         return DeterministicProvider()
     if name in ("openai", "openai_compatible"):
+        settings = settings or Settings.from_env()
         base_url = kwargs.pop("base_url", None) or settings.llm_base_url
         if not base_url:
             raise ValueError(

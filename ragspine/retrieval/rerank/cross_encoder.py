@@ -14,7 +14,7 @@ from ragspine.models.cross_encoder import CrossEncoderReranker
 from ragspine.models.packaged import DEFAULT_COLBERT_ID, DEFAULT_CROSS_ENCODER_ID
 from ragspine.models.sparse import SpladeEncoder, SpladeReranker
 from ragspine.retrieval.rerank.base import Reranker
-from ragspine.settings import Settings
+from ragspine.settings import OFF, Settings, choice
 
 __all__ = [
     "DEFAULT_COLBERT_ID",
@@ -33,10 +33,13 @@ logger = logging.getLogger(__name__)
 RERANKER_CHOICES: tuple[str, ...] = ("none", "cross_encoder", "ce", "auto", "colbert", "splade")
 
 
-def make_reranker(spec: str | None = None, **kwargs: Any) -> Reranker | None:
-    """Build the reranker named by ``spec`` (case-insensitive); ``None`` reads ``RAGSPINE_RERANKER``.
+def make_reranker(
+    spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any
+) -> Reranker | None:
+    """Build the reranker named by ``spec`` (case-insensitive); ``None`` reads ``settings.reranker`` (or
+    ``RAGSPINE_RERANKER`` when no ``settings`` are given; likewise for the defaults below).
 
-    - ``"none"`` (or empty) -> ``None``: no model rerank.
+    - ``"none"`` (or empty, ``"off"``) -> ``None``: no model rerank.
     - ``"cross_encoder"`` / ``"ce"`` -> ``CrossEncoderReranker``; the model is ``model_name_or_path`` from
       ``kwargs``, else ``RAGSPINE_RERANKER_MODEL``, else ``cross-encoder/ms-marco-MiniLM-L-6-v2``.
     - ``"auto"`` -> the same, but returns ``None`` with a logged warning when it cannot be loaded
@@ -48,12 +51,11 @@ def make_reranker(spec: str | None = None, **kwargs: Any) -> Reranker | None:
     listing the choices for an unknown spec, ``ImportError`` naming the extra when the runtime is missing,
     and ``ValueError`` naming the model when it cannot be loaded (except under ``"auto"``).
     """
-    settings: Settings | None = None
     if spec is None:
-        settings = Settings.from_env()
+        settings = settings or Settings.from_env()
         spec = settings.reranker
-    name = str(spec).strip().lower().replace("-", "_")
-    if name in ("", "none"):
+    name = choice(spec).replace("-", "_")
+    if name == OFF:
         return None
     if name not in RERANKER_CHOICES:
         raise ValueError(f"unknown reranker {spec!r}; choose one of: {', '.join(RERANKER_CHOICES)}")

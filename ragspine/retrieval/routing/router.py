@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ragspine.retrieval.lexical.tokenizer import tokenize
+from ragspine.settings import OFF, Settings, choice
 
 
 @dataclass(frozen=True)
@@ -52,18 +53,19 @@ class KeywordLibraryRouter:
 ROUTER_CHOICES = ("none", "keyword")
 
 
-def make_library_router(spec: str | None = None, **kwargs: Any) -> LibraryRouter | None:
-    """``None``/"none" → None (search every library); "keyword" → ``KeywordLibraryRouter(**kwargs)``.
+def make_library_router(
+    spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any
+) -> LibraryRouter | None:
+    """"none" (or blank, "off") → None (search every library); "keyword" → ``KeywordLibraryRouter(**kwargs)``.
 
-    ``spec=None`` resolves through ``Settings.from_env().library_router`` (``RAGSPINE_LIBRARY_ROUTER``).
-    Unknown names raise ``ValueError`` listing the choices.
+    ``spec=None`` resolves through ``settings.library_router``, or without ``settings`` through
+    ``Settings.from_env().library_router`` (``RAGSPINE_LIBRARY_ROUTER``). Unknown names raise
+    ``ValueError`` listing the choices.
     """
     if spec is None:
-        from ragspine.settings import Settings
-
-        spec = Settings.from_env().library_router
-    name = (spec or "none").strip().lower()
-    if name == "none":
+        spec = (settings or Settings.from_env()).library_router
+    name = choice(spec)
+    if name == OFF:
         return None
     if name == "keyword":
         return KeywordLibraryRouter(**kwargs)

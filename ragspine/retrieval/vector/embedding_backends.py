@@ -18,7 +18,7 @@ from typing import Any
 from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.link.providers import post_json
-from ragspine.settings import Settings
+from ragspine.settings import OFF, Settings, choice
 
 log = logging.getLogger(__name__)
 
@@ -196,13 +196,16 @@ def _model_backend(spec: str, class_name: str, kwargs: dict[str, Any]) -> Embedd
         ) from exc
 
 
-def make_embedding_backend(spec: str | None = None, **kwargs: Any) -> EmbeddingBackend | None:
+def make_embedding_backend(
+    spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any
+) -> EmbeddingBackend | None:
     """Select an embedding backend by name (case-insensitive).
 
-    ``spec=None`` resolves through ``Settings.from_env().embedding_spec`` (``RAGSPINE_EMBEDDING_BACKEND``,
-    else ``RAGSPINE_EMBEDDING``, default ``"auto"``).
+    ``spec=None`` resolves through ``settings.embedding_spec``, or without ``settings`` through
+    ``Settings.from_env().embedding_spec`` (``RAGSPINE_EMBEDDING_BACKEND``, else ``RAGSPINE_EMBEDDING``,
+    default ``"auto"``). Options a backend needs from the settings come from ``settings`` when given.
 
-    - ``"none"`` → ``None`` (pure BM25 + RRF)
+    - ``"none"`` (or blank, ``"off"``) → ``None`` (pure BM25 + RRF)
     - ``"deterministic"`` → ``DeterministicEmbeddingBackend(**kwargs)``
     - ``"openai"`` → ``OpenAIEmbeddingBackend``; ``base_url``/``api_key``/``model``/``timeout_s`` from
       ``kwargs`` or the settings (``openai_base_url``, ``openai_api_key``, ``openai_embedding_model``,
@@ -216,14 +219,14 @@ def make_embedding_backend(spec: str | None = None, **kwargs: Any) -> EmbeddingB
     when a model backend is asked for without it.
     """
     if spec is None:
-        spec = Settings.from_env().embedding_spec
-    name = str(spec).strip().lower()
-    if name in ("", "none"):
+        spec = (settings or Settings.from_env()).embedding_spec
+    name = choice(spec)
+    if name == OFF:
         return None
     if name == "deterministic":
         return DeterministicEmbeddingBackend(**kwargs)
     if name == "openai":
-        settings = Settings.from_env()
+        settings = settings or Settings.from_env()
         base_url = kwargs.pop("base_url", None) or settings.openai_base_url
         if not base_url:
             raise ValueError(

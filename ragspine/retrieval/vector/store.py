@@ -8,72 +8,31 @@ from __future__ import annotations
 
 import functools
 import importlib
-import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
-from ragspine.settings import Settings
+from ragspine.retrieval.vector.types import VectorHit, VectorRecord, VectorStore, Where, as_vector
+from ragspine.settings import OFF, Settings, choice
+
+__all__ = [
+    "VECTOR_STORE_CHOICES",
+    "InProcessVectorStore",
+    "VectorHit",
+    "VectorRecord",
+    "VectorStore",
+    "Where",
+    "make_vector_store",
+]
 
 VECTOR_STORE_CHOICES: tuple[str, ...] = ("memory", "inprocess", "pgvector", "postgres", "none")
 
-# A where clause: {key: value} equality, {key: [v1, v2]} membership ("id" addresses record ids), or a filter.
-Where = Mapping[str, Any] | MetadataFilter
-
-
-@dataclass(frozen=True)
-class VectorRecord:
-    """A vector to store under ``id`` with free-form ``metadata`` (used by ``where`` clauses)."""
-
-    id: str
-    vector: Sequence[float]
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class VectorHit:
-    """One query result: the record id, its cosine similarity in [-1, 1], and a copy of its metadata."""
-
-    id: str
-    score: float
-    metadata: dict[str, Any]
-
-
-@runtime_checkable
-class VectorStore(Protocol):
-    """Stores vectors by id and answers cosine kNN queries, optionally restricted by ``where``."""
-
-    def upsert(self, records: Iterable[VectorRecord]) -> None: ...
-
-    def query(
-        self, vector: Sequence[float], *, k: int = 10, where: Where | None = None
-    ) -> list[VectorHit]: ...
-
-    def delete(self, *, where: Where) -> int: ...
-
-    def count(self) -> int: ...
-
-
-def _as_vector(values: Any, *, what: str, dim: int | None) -> np.ndarray:
-    """A validated float32 vector of shape (dim,); raises ValueError naming ``what`` otherwise."""
-    try:
-        vec = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a sequence of numbers") from None
-    if vec.ndim != 1 or vec.size == 0:
-        raise ValueError(f"{what} must be a non-empty 1-D sequence of numbers, got shape {vec.shape}")
-    if dim is not None and vec.shape[0] != dim:
-        raise ValueError(f"{what} has dimension {vec.shape[0]}, but the store holds dimension {dim}")
-    if not np.all(np.isfinite(vec)):
-        raise ValueError(f"{what} contains NaN or infinity")
-    norm = float(np.linalg.norm(vec))
-    if norm == 0.0 or not math.isfinite(norm):
-        raise ValueError(f"{what} is a zero vector: cosine similarity is undefined for it")
-    return vec.astype(np.float32)  # (dim,)
+# The seam's types live in ``ragspine.retrieval.vector.types`` (so that store backends can use them without
+# importing this module, whose factory imports the backends); they stay importable from here.
+_as_vector = as_vector
 
 
 class _WhereMatcher:
@@ -270,34 +229,40 @@ class InProcessVectorStore:
         return {rid: self._matrix[self._index[rid]].copy() for rid in ids if rid in self._index}
 
 
-def make_vector_store(spec: str | None = None, **kwargs: Any) -> VectorStore | None:
+def make_vector_store(
+    spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any
+) -> VectorStore | None:
     """Select a vector store by name (case-insensitive).
 
-    ``spec=None`` resolves through ``Settings.from_env().vector_store`` (``RAGSPINE_VECTOR_STORE``, default
-    ``"memory"``).
+    ``spec=None`` resolves through ``settings.vector_store``, or without ``settings`` through
+    ``Settings.from_env().vector_store`` (``RAGSPINE_VECTOR_STORE``, default ``"memory"``).
 
-    - ``"memory"``/``"inprocess"`` → ``InProcessVectorStore()`` (takes no options)
+    - ``"memory"``/``"inprocess"`` (or blank) → ``InProcessVectorStore()`` (takes no options)
     - ``"pgvector"``/``"postgres"`` → ``ragspine.stores.pg_vector_store.PgVectorStore(dsn, **kwargs)``, with
-      ``dsn`` from ``kwargs`` or ``RAGSPINE_STORE_DSN``; imported only when asked for
-    - ``"none"`` → ``None``
+      ``dsn`` from ``kwargs``, else ``settings.store_dsn``, else (no ``settings`` given)
+      ``RAGSPINE_STORE_DSN``; imported only when asked for
+    - ``"none"`` (or ``"off"``) → ``None``
 
     Raises ``ValueError`` listing the choices for an unknown name, for options the in-process store does
     not take, or for pgvector without a DSN; ``ImportError`` naming the ``postgres`` extra when psycopg is
     missing.
     """
     if spec is None:
-        spec = Settings.from_env().vector_store
-    name = str(spec).strip().lower().replace("-", "_")
-    if name == "none":
+        spec = (settings or Settings.from_env()).vector_store
+    name = choice(spec, default="memory").replace("-", "_")
+    if name == OFF:
         return None
-    if name in ("memory", "inprocess", "in_process", ""):
+    if name in ("memory", "inprocess", "in_process"):
         if kwargs:
             raise ValueError(f"the in-process vector store takes no options, got {sorted(kwargs)}")
         return InProcessVectorStore()
     if name in ("pgvector", "postgres", "postgresql"):
-        dsn = kwargs.pop("dsn", None) or Settings.from_env().store_dsn
+        dsn = kwargs.pop("dsn", None) or (settings or Settings.from_env()).store_dsn
         if not dsn:
-            raise ValueError("vector store 'pgvector' needs a DSN: pass dsn= or set RAGSPINE_STORE_DSN")
+            raise ValueError(
+                "vector store 'pgvector' needs a DSN: pass dsn=, settings with store_dsn, "
+                "or set RAGSPINE_STORE_DSN"
+            )
         try:
             module = importlib.import_module("ragspine.stores.pg_vector_store")
         except ImportError as exc:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ragspine.retrieval.visual.encoders import ColPaliEncoder, ColQwen2Encoder, VisualEncoder
-from ragspine.settings import Settings
+from ragspine.settings import OFF, Settings, choice
 
 VISUAL_EMBEDDERS = ("none", "colpali", "colqwen2")
 DEFAULT_MODELS = {"colpali": "vidore/colpali-v1.3-hf", "colqwen2": "vidore/colqwen2-v1.0-hf"}
@@ -26,13 +26,13 @@ def make_visual_encoder(
     conf = settings or Settings.from_env()
     raw = (conf.visual_embedder if spec is None else spec).strip()
     family, _, inline_model = raw.partition(":")
-    family = family.strip().lower() or "none"
+    family = choice(family)
     if family not in VISUAL_EMBEDDERS:
         raise ValueError(
             f"unknown visual embedder {raw!r}; "
             f"set RAGSPINE_VISUAL_EMBEDDER to one of {', '.join(VISUAL_EMBEDDERS)}"
         )
-    if family == "none":
+    if family == OFF:
         return None
     chosen = model or inline_model.strip() or conf.visual_model or DEFAULT_MODELS[family]
     cls = ColPaliEncoder if family == "colpali" else ColQwen2Encoder

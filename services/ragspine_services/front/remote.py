@@ -20,7 +20,7 @@ from ragspine_services._gen import model_worker_pb2, model_worker_pb2_grpc
 from ragspine_services.common.deadline import remaining_s
 from ragspine_services.common.errors import BackendUnavailableError
 from ragspine_services.common.server import grpc_options
-from ragspine_services.worker.batcher import approx_tokens
+from ragspine_services.common.tokens import approx_tokens
 
 DEFAULT_MAX_BATCH_TOKENS = 16_384
 _MIN_CALL_S = 0.005  # below this a worker call cannot succeed; skip it and degrade at once

@@ -24,7 +24,6 @@ from ragspine_services.front.remote import (
 )
 from ragspine_services.front.servicer import FrontLimits, RetrievalServicer
 from ragspine_services.front.visual_remote import RemoteVisualEncoder
-from ragspine_services.worker.server import visual_spec
 
 SERVICE_NAME = "ragspine.v1.RetrievalService"
 _LOG = logging.getLogger("ragspine_services.front")
@@ -50,6 +49,7 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
     otherwise they are clients of the worker at ``settings.worker_address``."""
     local = not settings.worker_address if in_process is None else in_process
     mode = make_retrieval_mode(settings.retrieval_mode)
+    specs = settings.model_specs  # what the worker loads from the same settings
     embedding: EmbeddingBackend | None
     reranker: Reranker | None
     sparse: object = None
@@ -59,10 +59,10 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
         embedding = resolve_embedding(settings, mode)
         sparse = resolve_sparse(settings, mode)
         reranker = resolve_reranker(settings, sparse)
-        if visual_spec(settings):
+        if specs.visual:
             from ragspine.retrieval.visual.factory import make_visual_encoder
 
-            visual = make_visual_encoder(visual_spec(settings), settings=settings)
+            visual = make_visual_encoder(specs.visual, settings=settings)
     else:
         worker = WorkerClient(
             settings.worker_address,
@@ -70,11 +70,10 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
             timeout_s=settings.worker_timeout_s,
             tls_ca_file=settings.extra.get("worker_tls_ca_file", ""),
         )
-        wants_embedding = mode.uses_embedding and settings.embedding_spec.strip().lower() != "none"
-        embedding = RemoteEmbeddingBackend(worker) if wants_embedding else None
-        reranker = RemoteReranker(worker) if settings.reranker.strip().lower() not in ("", "none") else None
+        embedding = RemoteEmbeddingBackend(worker) if mode.uses_embedding and specs.embedding else None
+        reranker = RemoteReranker(worker) if specs.reranker else None
         sparse = RemoteSparseEncoder(worker) if mode.uses_sparse else None
-        visual = RemoteVisualEncoder(worker) if visual_spec(settings) else None
+        visual = RemoteVisualEncoder(worker) if specs.visual else None
     if embedding is None and sparse is None and (mode.uses_embedding or mode.uses_sparse):
         # Nothing to embed with: serve the lexical preset explicitly rather than resolving again per library.
         settings = replace(settings, retrieval_mode="economy")

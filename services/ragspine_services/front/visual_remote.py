@@ -18,8 +18,8 @@ import numpy as np
 from ragspine_services._gen import model_worker_pb2
 from ragspine_services.common.deadline import remaining_s
 from ragspine_services.common.errors import BackendUnavailableError
+from ragspine_services.common.page_wire import encode_png, unpack_multivector
 from ragspine_services.front.remote import WorkerClient
-from ragspine_services.worker.visual import encode_png, unpack_multivector
 
 # Page embedding is slow on a CPU worker (seconds per page for a 2B model); ingestion may wait this long
 # per request unless the caller's own deadline is shorter.

@@ -18,14 +18,12 @@ from typing import Any, Generic, TypeVar
 
 from ragspine_services.common import metrics
 from ragspine_services.common.errors import OverloadedError, RequestTooLargeError
+from ragspine_services.common.tokens import approx_tokens
+
+__all__ = ["BatchOutcome", "DynamicBatcher", "approx_tokens"]
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def approx_tokens(text: str) -> int:
-    """Cheap token estimate (whitespace words, and at least chars/4 for scripts without spaces)."""
-    return max(1, len(text.split()), len(text) // 4)
 
 
 @dataclass

@@ -7,24 +7,26 @@ which import the model runtimes only when a request first needs them.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ragspine.settings import Settings, is_off
 from ragspine_services.common.errors import BackendUnavailableError, NotFoundError
 
 
-def _lazy_factory(module: str, name: str) -> Callable[[str | None], Any]:
-    def load(spec: str | None) -> Any:
+def _lazy_factory(module: str, name: str) -> Callable[..., Any]:
+    def load(spec: str | None, **options: Any) -> Any:
         try:
             factory = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
             raise BackendUnavailableError(
                 f"{module}.{name} is not available in this install: {exc}"
             ) from None
-        return factory(spec)
+        return factory(spec, **options)
 
     return load
 
@@ -36,9 +38,9 @@ _SPLADE = _lazy_factory("ragspine.models.sparse", "SpladeEncoder")
 _VISUAL = _lazy_factory("ragspine.retrieval.visual.factory", "make_visual_encoder")
 
 
-def _sparse(spec: str) -> Any:
+def _sparse(spec: str, **options: Any) -> Any:
     # "splade" names the packaged default model; anything else is a model id or local path.
-    return _SPLADE(None) if spec == "splade" else _SPLADE(spec)
+    return _SPLADE(None, **options) if spec == "splade" else _SPLADE(spec, **options)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,17 @@ class ModelFactories:
     reranker: Callable[[str], Any] = _RERANKER
     sparse: Callable[[str], Any] = _sparse
     visual: Callable[[str], Any] = _VISUAL
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> ModelFactories:
+        """The library's factories, each given ``settings`` (device, model ids, endpoints), so nothing a
+        worker loads reads the environment behind them."""
+        return cls(
+            embedding=functools.partial(_EMBEDDING, settings=settings),
+            reranker=functools.partial(_RERANKER, settings=settings),
+            sparse=functools.partial(_sparse, device=settings.device or "auto"),
+            visual=functools.partial(_VISUAL, settings=settings),
+        )
 
 
 class ModelRegistry:
@@ -78,7 +91,7 @@ class ModelRegistry:
             return sorted(f"{kind}:{spec}" for kind, spec in self._loaded)
 
     def _get(self, kind: str, spec: str, factory: Callable[[str], Any]) -> Any:
-        if not spec or spec == "none":
+        if is_off(spec):
             raise NotFoundError(
                 f"this worker serves no {kind} model (configure one with RAGSPINE_* settings)"
             )
@@ -111,14 +124,14 @@ class ModelRegistry:
     @property
     def offers_visual(self) -> bool:
         """True when a visual embedder is configured (it may not be loaded yet)."""
-        return bool(self.visual_spec) and self.visual_spec != "none"
+        return not is_off(self.visual_spec)
 
     def warm_up(self) -> None:
         """Load every configured model now (used before reporting SERVING)."""
         for spec, load in ((self.embedding_spec, self.embedding), (self.sparse_spec, self.sparse)):
-            if spec and spec != "none":
+            if not is_off(spec):
                 load()
-        if self.reranker_spec and self.reranker_spec != "none":
+        if not is_off(self.reranker_spec):
             self.reranker()
         if self.offers_visual:
             self.visual()

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.settings import Settings
 from ragspine_services._gen import model_worker_pb2_grpc
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, ServiceTokenAuthenticator
 from ragspine_services.common.metrics import start_metrics_server
 from ragspine_services.common.server import RunningServer, start_server
 from ragspine_services.common.tracing import configure_tracing, shutdown_tracing
-from ragspine_services.worker.models import ModelRegistry
+from ragspine_services.worker.models import ModelFactories, ModelRegistry
 from ragspine_services.worker.servicer import ModelWorkerServicer, WorkerLimits
 
 SERVICE_NAME = "ragspine.v1.ModelWorkerService"
@@ -19,25 +18,16 @@ _LOG = logging.getLogger("ragspine_services.worker")
 
 
 def registry_from_settings(settings: Settings) -> ModelRegistry:
-    """The models a worker serves, from the same settings the in-process pipeline uses."""
-    embedding = settings.embedding_spec
+    """The models a worker serves: ``settings.model_specs``, which the front reads too. The models are
+    built with these settings (device, model ids), never with the worker's environment behind them."""
+    specs = settings.model_specs
     return ModelRegistry(
-        embedding_spec="" if embedding in ("", "none") else embedding,
-        sparse_spec=settings.sparse_model
-        or ("splade" if make_retrieval_mode(settings.retrieval_mode).uses_sparse else ""),
-        reranker_spec="" if settings.reranker in ("", "none") else settings.reranker,
-        visual_spec=visual_spec(settings),
+        embedding_spec=specs.embedding,
+        sparse_spec=specs.sparse,
+        reranker_spec=specs.reranker,
+        visual_spec=specs.visual,
+        factories=ModelFactories.for_settings(settings),
     )
-
-
-def visual_spec(settings: Settings) -> str:
-    """``RAGSPINE_VISUAL_EMBEDDER`` and ``RAGSPINE_VISUAL_MODEL`` as one ``family[:model]`` spec, "" = off."""
-    family, _, inline = settings.visual_embedder.strip().partition(":")
-    family = family.strip().lower()
-    if family in ("", "none"):
-        return ""
-    model = inline.strip() or settings.visual_model.strip()
-    return f"{family}:{model}" if model else family
 
 
 def start_worker(

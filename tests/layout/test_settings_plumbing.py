@@ -1,0 +1,228 @@
+"""Settings reach every factory as an argument, and "none" is decided in one place.
+
+- A factory given ``settings=`` never reads the environment (``Settings.from_env`` is trapped here; a
+  reverse proof shows the trap fires for a call that does read it).
+- ``ragspine.settings.choice`` is the only code that compares a selector with "none": an ``ast`` scan of
+  the tree finds no other comparison (reverse proof: the scan flags the pattern this replaced).
+- Front and worker read one description of the models (``Settings.model_specs``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragspine.retrieval.assembly import assemble_index
+from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.chunking.chunking import chunk_document
+from ragspine.retrieval.chunking.factory import make_chunker
+from ragspine.retrieval.filtering.automatic import ControlledVocabFilterExtractor, make_filter_extractor
+from ragspine.retrieval.link.providers import DeterministicProvider, make_llm_provider
+from ragspine.retrieval.mode import make_retrieval_mode
+from ragspine.retrieval.rerank.cross_encoder import make_reranker
+from ragspine.retrieval.routing.router import KeywordLibraryRouter, make_library_router
+from ragspine.retrieval.vector.embedding_backends import (
+    DeterministicEmbeddingBackend,
+    OpenAIEmbeddingBackend,
+    make_embedding_backend,
+)
+from ragspine.retrieval.vector.store import InProcessVectorStore, make_vector_store
+from ragspine.retrieval.visual.factory import make_visual_encoder
+from ragspine.settings import OFF, ModelSpecs, Settings, choice, is_off
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class EnvironmentRead(AssertionError):
+    pass
+
+
+@pytest.fixture
+def no_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Any ``Settings.from_env`` call fails the test: components must use the settings they are given."""
+
+    def trap(cls: type[Settings], *args: Any, **kwargs: Any) -> Settings:
+        raise EnvironmentRead("a component read the environment behind the settings it was given")
+
+    monkeypatch.setattr(Settings, "from_env", classmethod(trap))
+    yield
+
+
+# -------------------------------------------------------------------------------------- choice / off
+
+
+def test_choice_is_the_one_reading_of_off() -> None:
+    for off in ("none", "NONE", " None ", "off", "OFF", " off\n"):
+        assert choice(off) == OFF and is_off(off)
+    assert choice("") == OFF and choice("  ") == OFF and choice(None) == OFF
+    assert choice("", default="memory") == "memory" and not is_off("", default="memory")
+    assert choice(" Keyword ") == "keyword" and not is_off("keyword")
+
+
+OFF_FACTORIES = {
+    "embedding": lambda spec, s: make_embedding_backend(spec, settings=s),
+    "reranker": lambda spec, s: make_reranker(spec, settings=s),
+    "vector store": lambda spec, s: make_vector_store(spec, settings=s),
+    "library router": lambda spec, s: make_library_router(spec, settings=s),
+    "filter extractor": lambda spec, s: make_filter_extractor(spec, settings=s),
+    "llm provider": lambda spec, s: make_llm_provider(spec, settings=s),
+    "visual encoder": lambda spec, s: make_visual_encoder(spec, settings=s),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OFF_FACTORIES))
+@pytest.mark.parametrize("spelling", ["none", "None", " NONE ", "off", "Off"])
+def test_every_factory_reads_off_the_same_way(kind: str, spelling: str, no_env: None) -> None:
+    assert OFF_FACTORIES[kind](spelling, Settings()) is None
+
+
+def test_blank_means_each_selectors_default(no_env: None) -> None:
+    assert make_embedding_backend("", settings=Settings()) is None
+    assert make_reranker("", settings=Settings()) is None
+    assert isinstance(make_vector_store("", settings=Settings()), InProcessVectorStore)
+    assert make_chunker("", settings=Settings()) is chunk_document
+    assert make_library_router("", settings=Settings()) is None
+    assert make_visual_encoder("", settings=Settings()) is None
+
+
+# ------------------------------------------------------------------------------- no environment behind
+
+
+def test_factories_take_everything_from_the_settings_given(no_env: None) -> None:
+    s = Settings(
+        embedding="deterministic",
+        retrieval_mode="bm25",
+        library_router="keyword",
+        filter_extractor="vocab",
+        llm_provider="deterministic",
+        vector_store="memory",
+        openai_base_url="http://127.0.0.1:9/v1",
+        openai_embedding_model="embedder-x",
+    )
+    assert isinstance(make_embedding_backend(settings=s), DeterministicEmbeddingBackend)
+    openai = make_embedding_backend("openai", settings=s)
+    assert isinstance(openai, OpenAIEmbeddingBackend)
+    assert make_retrieval_mode(settings=s).name == "economy"
+    assert isinstance(make_library_router(settings=s), KeywordLibraryRouter)
+    assert isinstance(make_filter_extractor(settings=s), ControlledVocabFilterExtractor)
+    assert isinstance(make_llm_provider(settings=s), DeterministicProvider)
+    assert isinstance(make_vector_store(settings=s), InProcessVectorStore)
+    assert make_chunker(settings=s) is chunk_document
+    assert make_reranker(settings=s) is None
+    assert make_visual_encoder(settings=s) is None
+
+
+def test_assemble_index_reads_no_environment(no_env: None) -> None:
+    store = ChunkStore(":memory:")
+    s = Settings(embedding="deterministic", retrieval_mode="hybrid", filter_extractor="vocab", reranker="off")
+    index = assemble_index(store, s)
+    assert isinstance(index.embedding_backend, DeterministicEmbeddingBackend)
+    assert index.filter_extractor is not None
+    store.close()
+
+
+def test_reverse_proof_the_trap_catches_an_environment_read(no_env: None) -> None:
+    with pytest.raises(EnvironmentRead):
+        make_vector_store()
+    with pytest.raises(EnvironmentRead):
+        make_retrieval_mode()
+
+
+def test_the_pgvector_dsn_comes_from_the_settings_not_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With settings passed, RAGSPINE_STORE_DSN is never a fallback (nor needed: see tests/postgres)."""
+    monkeypatch.setenv("RAGSPINE_STORE_DSN", "postgresql://someone@127.0.0.1:1/elsewhere")
+    with pytest.raises(ValueError, match="needs a DSN"):
+        make_vector_store("pgvector", settings=Settings(vector_store="pgvector"))
+
+
+# ----------------------------------------------------------------------------------- one model spec
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        (Settings(), ModelSpecs(embedding="auto", sparse="", reranker="", visual="")),
+        (
+            Settings(embedding="OFF", reranker=" None ", retrieval_mode="full", visual_embedder="ColQwen2"),
+            ModelSpecs(embedding="", sparse="splade", reranker="", visual="colqwen2"),
+        ),
+        (
+            Settings(embedding_backend="e5", sparse_model="m/splade", reranker="colbert",
+                     visual_embedder="colpali", visual_model="org/colpali"),
+            ModelSpecs(embedding="e5", sparse="m/splade", reranker="colbert", visual="colpali:org/colpali"),
+        ),
+        (
+            Settings(visual_embedder="colqwen2:local/dir", visual_model="ignored"),
+            ModelSpecs(embedding="auto", sparse="", reranker="", visual="colqwen2:local/dir"),
+        ),
+    ],
+)
+def test_model_specs(settings: Settings, expected: ModelSpecs) -> None:
+    assert settings.model_specs == expected
+
+
+def test_the_worker_loads_what_model_specs_say(no_env: None) -> None:
+    pytest.importorskip("grpc")
+    from ragspine_services.worker.server import registry_from_settings
+
+    s = Settings(embedding="deterministic", reranker="off", retrieval_mode="sparse", visual_embedder="none")
+    registry = registry_from_settings(s)
+    got = ModelSpecs(
+        registry.embedding_spec, registry.sparse_spec, registry.reranker_spec, registry.visual_spec
+    )
+    assert got == s.model_specs
+    assert not registry.offers_visual
+    # The embedding model is built with the settings given (the environment is trapped).
+    assert isinstance(registry.embedding(), DeterministicEmbeddingBackend)
+
+
+def test_model_specs_refuse_an_unknown_mode() -> None:
+    with pytest.raises(ValueError, match="unknown retrieval mode 'turbo'"):
+        _ = Settings(retrieval_mode="turbo").model_specs
+
+
+# ------------------------------------------------------------------------------ "none" in one place
+
+# The wire's per-request reranker field ("" / "none" / the server's reranker) is a request value, not a
+# setting; the servicer owns its vocabulary.
+ALLOWED = {"services/ragspine_services/front/servicer.py"}
+
+
+def none_comparisons(source: str) -> list[int]:
+    """Lines where ``source`` compares something with the literal "none" (``==``, ``!=``, ``in``, ...)."""
+
+    def mentions_none(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value.strip().lower() == "none"
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(mentions_none(elt) for elt in node.elts)
+        return False
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(mentions_none(c) for c in [node.left, *node.comparators]):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_settings_compares_with_none() -> None:
+    offenders = []
+    for path in sorted([*ROOT.joinpath("ragspine").rglob("*.py"), *ROOT.joinpath("services").rglob("*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "ragspine/settings.py" or rel in ALLOWED or "/_gen/" in rel:
+            continue
+        offenders += [f"{rel}:{line}" for line in none_comparisons(path.read_text("utf-8"))]
+    assert offenders == [], "compare with ragspine.settings.choice / is_off instead"
+
+
+def test_reverse_proof_the_scan_finds_hand_written_none_checks() -> None:
+    assert none_comparisons('if name in ("", "none"):\n    pass\n') == [1]
+    assert none_comparisons('x = spec != "none"\n') == [1]
+    assert none_comparisons('if (spec or "none").strip() == "none": pass\n') == [1]
+    assert none_comparisons('CHOICES = ("none", "keyword")\nlog.info("none")\n') == []
