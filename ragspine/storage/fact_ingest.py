@@ -210,7 +210,7 @@ def _header(names: Iterable[object]) -> list[str]:
     return [_cell(n).lower() for n in names]
 
 
-def _csv_rows(data: bytes, name: str) -> Iterator[tuple[list[str], _Row]]:
+def _csv_rows(data: bytes, name: str) -> Iterator[tuple[list[str], _Row | None]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -220,6 +220,7 @@ def _csv_rows(data: bytes, name: str) -> Iterator[tuple[list[str], _Row]]:
     for line_no, record in enumerate(reader, start=1):
         if header is None:
             header = _header(record)
+            yield header, None
             continue
         if not any(c.strip() for c in record):
             continue
@@ -230,7 +231,7 @@ def _csv_rows(data: bytes, name: str) -> Iterator[tuple[list[str], _Row]]:
         raise ValueError(f"{name} is empty: it needs a header row")
 
 
-def _xlsx_rows(data: bytes, name: str, sheet: str | None) -> Iterator[tuple[list[str], _Row]]:
+def _xlsx_rows(data: bytes, name: str, sheet: str | None) -> Iterator[tuple[list[str], _Row | None]]:
     try:
         from openpyxl import load_workbook
     except ModuleNotFoundError:
@@ -250,13 +251,14 @@ def _xlsx_rows(data: bytes, name: str, sheet: str | None) -> Iterator[tuple[list
                     continue
                 if header is None:
                     header = _header(record)
+                    yield header, None
                     continue
                 yield header, _Row(f"{title}!A{row_no}", dict(zip(header, record, strict=False)))
     finally:
         book.close()
 
 
-def _json_rows(data: bytes, name: str, lines: bool) -> Iterator[tuple[list[str], _Row]]:
+def _json_rows(data: bytes, name: str, lines: bool) -> Iterator[tuple[list[str], _Row | None]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -301,8 +303,9 @@ def _classify(filename: str, profile: DomainProfile, sensitivity: str | None) ->
 
 def read_fact_rows(
     data: bytes, filename: str, *, sheet: str | None = None
-) -> Iterator[tuple[list[str], _Row]]:
-    """``(header, row)`` pairs of a CSV, XLSX, JSON or JSONL file chosen by ``filename``'s suffix."""
+) -> Iterator[tuple[list[str], _Row | None]]:
+    """``(header, row)`` pairs of a CSV, XLSX, JSON or JSONL file chosen by ``filename``'s suffix; a
+    header row of a table comes as ``(header, None)``."""
     suffix = Path(filename).suffix.lower()
     name = Path(filename).name
     if suffix == ".csv":
@@ -338,8 +341,11 @@ def map_fact_file(
     checked_headers: set[tuple[str, ...]] = set()
     for header, row in read_fact_rows(data, filename, sheet=sheet):
         if tuple(header) not in checked_headers:
-            mapper.check_columns(header, f"{Path(filename).name} ({row.locator})")
+            where = Path(filename).name + (f" ({row.locator})" if row is not None else "")
+            mapper.check_columns(header, where)
             checked_headers.add(tuple(header))
+        if row is None:
+            continue
         report.rows_read += 1
         try:
             report.facts.append(
