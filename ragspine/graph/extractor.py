@@ -64,22 +64,28 @@ def entity_node_id(code: str) -> str:
 
 
 def mentioned_entities(text: str, vocab: Vocabulary) -> list[str]:
-    """Home entity codes named in ``text`` (ASCII aliases on word boundaries, CJK as substrings), sorted."""
+    """Home entity codes named in ``text``, sorted. ASCII aliases match on word boundaries, CJK ones as
+    substrings; longer names win over the names inside them ("ACME Hong Kong" is ACME_HK, not also the
+    group's "ACME")."""
     folded = text.lower()
     profile = vocab.profile
     aliases = {**{c: c for c in profile.entity_codes()}, **profile.home_entity_synonyms}
     for code, label in profile.home_entity_labels.items():
         aliases.setdefault(label, code)
-    found: set[str] = set()
+    spans: list[tuple[int, int, str]] = []
     for alias, code in aliases.items():
         term = alias.strip().lower()
         if not term:
             continue
-        if term.isascii():
-            if re.search(rf"(?<![a-z0-9_]){re.escape(term)}(?![a-z0-9_])", folded):
-                found.add(code)
-        elif term in folded:
-            found.add(code)
+        pattern = rf"(?<![a-z0-9_]){re.escape(term)}(?![a-z0-9_])" if term.isascii() else re.escape(term)
+        spans += [(m.start(), m.end(), code) for m in re.finditer(pattern, folded)]
+    taken: list[tuple[int, int]] = []
+    found: set[str] = set()
+    for start, end, code in sorted(spans, key=lambda s: (-(s[1] - s[0]), s[0])):
+        if any(start < e and s < end for s, e in taken):
+            continue
+        taken.append((start, end))
+        found.add(code)
     return sorted(found)
 
 
