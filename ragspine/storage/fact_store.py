@@ -277,6 +277,37 @@ def same_content(row: Sequence[Any], new: tuple[Any, ...]) -> bool:
     return all(old[c] == fresh[c] for c in _CONTENT)
 
 
+def fact_items(facts: list[Fact], ingested_at: str | None) -> list[tuple[str, tuple[Any, ...]]]:
+    """``(dim_key, row)`` of each fact after validation (``ValueError`` naming the first bad one)."""
+    if not isinstance(facts, list | tuple):
+        raise ValueError(f"facts must be a list of Fact, got {type(facts).__name__}")
+    checked = [validate_fact(f, f"facts[{i}]") for i, f in enumerate(facts)]
+    stamp = ingested_at or now_utc()
+    return [(dim_key(f), fact_row(f, f.ingested_at or stamp)) for f in checked]
+
+
+def plan_versions(
+    items: list[tuple[str, tuple[Any, ...]]], current: dict[str, Sequence[Any]], top: dict[str, int]
+) -> list[tuple[str, int, int, tuple[Any, ...]]]:
+    """The rows to insert as ``(dim_key, version, is_current, row)``: one new version per fact whose
+    content differs from the key's current one, in order; only the last version of a key is current."""
+    planned: list[tuple[str, int, tuple[Any, ...]]] = []
+    for key, row in items:
+        existing = current.get(key)
+        if existing is not None and same_content(existing, row):
+            continue
+        top[key] = top.get(key, 0) + 1
+        current[key] = row
+        planned.append((key, top[key], row))
+    last = {key: version for key, version, _ in planned}
+    return [(key, version, int(last[key] == version), row) for key, version, row in planned]
+
+
+def chunked(keys: list[str], size: int = 500) -> Iterator[list[str]]:
+    for start in range(0, len(keys), size):
+        yield keys[start : start + size]
+
+
 def check_statuses(review_statuses: tuple[str, ...] | None) -> tuple[str, ...] | None:
     if review_statuses is None:
         return None
@@ -385,31 +416,37 @@ class SqliteFactStore:
     def upsert_facts(self, facts: list[Fact], ingested_at: str | None = None) -> int:
         """Write ``facts`` in one transaction; returns how many new versions were written (an unchanged
         fact writes nothing). ``ingested_at`` (ISO 8601; default now) stamps the new versions."""
-        checked = [validate_fact(f, f"facts[{i}]") for i, f in enumerate(facts)]
-        stamp = ingested_at or now_utc()
-        written = 0
+        items = fact_items(facts, ingested_at)
         with self._write() as conn:
-            for fact in checked:
-                key = dim_key(fact)
-                row = fact_row(fact, fact.ingested_at or stamp)
-                current = conn.execute(
-                    f"SELECT {_SELECT} FROM {FACT_TABLE} WHERE dim_key = ? AND is_current = 1", (key,)
-                ).fetchone()
-                if current is not None and same_content(current, row):
-                    continue
-                (top,) = conn.execute(
-                    f"SELECT COALESCE(MAX(version), 0) FROM {FACT_TABLE} WHERE dim_key = ?", (key,)
-                ).fetchone()
-                conn.execute(
-                    f"UPDATE {FACT_TABLE} SET is_current = 0 WHERE dim_key = ? AND is_current = 1", (key,)
-                )
-                conn.execute(
-                    f"INSERT INTO {FACT_TABLE} (dim_key, version, is_current, {_SELECT})"
-                    f" VALUES (?, ?, 1, {', '.join('?' * len(COLUMNS))})",
-                    (key, int(top) + 1, *row),
-                )
-                written += 1
-        return written
+            keys = list(dict.fromkeys(key for key, _ in items))
+            current: dict[str, Sequence[Any]] = {}
+            top: dict[str, int] = {}
+            for part in chunked(keys):
+                marks = ", ".join("?" * len(part))
+                for row in conn.execute(
+                    f"SELECT dim_key, {_SELECT} FROM {FACT_TABLE}"
+                    f" WHERE is_current = 1 AND dim_key IN ({marks})",
+                    part,
+                ):
+                    current[row[0]] = row[1:]
+                for key, version in conn.execute(
+                    f"SELECT dim_key, MAX(version) FROM {FACT_TABLE}"
+                    f" WHERE dim_key IN ({marks}) GROUP BY dim_key",
+                    part,
+                ):
+                    top[key] = int(version)
+            inserts = plan_versions(items, current, top)
+            changed = list(dict.fromkeys(key for key, _, _, _ in inserts))
+            conn.executemany(
+                f"UPDATE {FACT_TABLE} SET is_current = 0 WHERE dim_key = ? AND is_current = 1",
+                [(key,) for key in changed],
+            )
+            conn.executemany(
+                f"INSERT INTO {FACT_TABLE} (dim_key, version, is_current, {_SELECT})"
+                f" VALUES (?, ?, ?, {', '.join('?' * len(COLUMNS))})",
+                [(key, version, flag, *row) for key, version, flag, row in inserts],
+            )
+        return len(inserts)
 
     def delete_by_source_doc(self, source_doc_id: str) -> int:
         """Remove every version that ``source_doc_id`` supplied; returns how many current facts went.

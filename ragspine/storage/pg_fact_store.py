@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,12 +27,11 @@ from ragspine.storage.fact_store import (
     Fact,
     check_review_status,
     check_statuses,
+    chunked,
     dim_key,
-    fact_row,
-    now_utc,
+    fact_items,
+    plan_versions,
     row_fact,
-    same_content,
-    validate_fact,
 )
 from ragspine.stores.pg_chunk_store import (
     DEFAULT_SCHEMA,
@@ -163,31 +162,37 @@ class PgFactStore:
 
     def upsert_facts(self, facts: list[Fact], ingested_at: str | None = None) -> int:
         """Write ``facts`` in one transaction; returns how many new versions were written."""
-        checked = [validate_fact(f, f"facts[{i}]") for i, f in enumerate(facts)]
-        stamp = ingested_at or now_utc()
-        written = 0
+        items = fact_items(facts, ingested_at)
         insert = (
             f"INSERT INTO {FACT_TABLE} (dim_key, version, is_current, {_SELECT})"
-            f" VALUES (%s, %s, 1, {_placeholders(len(COLUMNS))})"
+            f" VALUES (%s, %s, %s, {_placeholders(len(COLUMNS))})"
         )
         with self._transaction(write=True) as conn:
-            for fact in checked:
-                key = dim_key(fact)
-                row = fact_row(fact, fact.ingested_at or stamp)
-                current = conn.execute(
-                    f"SELECT {_SELECT} FROM {FACT_TABLE} WHERE dim_key = %s AND is_current = 1", (key,)
-                ).fetchone()
-                if current is not None and same_content(current, row):
-                    continue
-                (top,) = conn.execute(
-                    f"SELECT COALESCE(MAX(version), 0) FROM {FACT_TABLE} WHERE dim_key = %s", (key,)
-                ).fetchone()
-                conn.execute(
-                    f"UPDATE {FACT_TABLE} SET is_current = 0 WHERE dim_key = %s AND is_current = 1", (key,)
-                )
-                conn.execute(insert, (key, int(top) + 1, *row))
-                written += 1
-        return written
+            keys = list(dict.fromkeys(key for key, _ in items))
+            current: dict[str, Sequence[Any]] = {}
+            top: dict[str, int] = {}
+            for part in chunked(keys, 5000):
+                for row in conn.execute(
+                    f"SELECT dim_key, {_SELECT} FROM {FACT_TABLE} WHERE is_current = 1 AND dim_key = ANY(%s)",
+                    (part,),
+                ):
+                    current[row[0]] = row[1:]
+                for key, version in conn.execute(
+                    f"SELECT dim_key, MAX(version) FROM {FACT_TABLE}"
+                    " WHERE dim_key = ANY(%s) GROUP BY dim_key",
+                    (part,),
+                ):
+                    top[key] = int(version)
+            inserts = plan_versions(items, current, top)
+            changed = list(dict.fromkeys(key for key, _, _, _ in inserts))
+            with conn.cursor() as cur:
+                for part in chunked(changed, 5000):
+                    cur.execute(
+                        f"UPDATE {FACT_TABLE} SET is_current = 0 WHERE dim_key = ANY(%s) AND is_current = 1",
+                        (part,),
+                    )
+                cur.executemany(insert, [(key, version, flag, *row) for key, version, flag, row in inserts])
+        return len(inserts)
 
     def delete_by_source_doc(self, source_doc_id: str) -> int:
         """As ``SqliteFactStore.delete_by_source_doc``."""

@@ -258,3 +258,10 @@ def test_make_fact_store_selects_by_name(tmp_path: Path, pg_dsn: str) -> None:
         make_fact_store("mongo", settings=settings)
     with pytest.raises(ValueError, match="DSN"):
         make_fact_store("postgres", settings=Settings())
+
+
+def test_one_key_twice_in_a_batch_keeps_both_versions_and_the_last_is_current(fact_store: Any) -> None:
+    assert fact_store.upsert_facts([make_fact(value=1.0), make_fact(value=2.0), make_fact(value=2.0)]) == 2
+    (got,) = _q(fact_store)
+    assert got.value == 2.0
+    assert [(v, cur) for v, cur, _ in fact_store.versions(fact_store.dim_key_for(got))] == [(1, False), (2, True)]
