@@ -54,17 +54,11 @@ def _is_ascii(term: str) -> bool:
     return all(ord(ch) < 128 for ch in term)
 
 
-def _lookup(raw: str | None, synonyms: dict[str, str], codes: list[str]) -> str | None:
-    if not isinstance(raw, str) or not raw.strip():
-        return None
-    key = _fold(raw)
-    for alias, code in synonyms.items():
-        if _fold(alias) == key:
-            return code
-    for code in codes:
-        if _fold(code) == key:
-            return code
-    return None
+def _table(synonyms: dict[str, str], codes: list[str]) -> dict[str, str]:
+    """Folded term → code: codes first, then synonyms (a synonym wins over a code spelled the same)."""
+    table = {_fold(code): code for code in codes}
+    table.update({_fold(alias): code for alias, code in synonyms.items()})
+    return table
 
 
 def _year(text: str) -> int | None:
@@ -227,28 +221,41 @@ class Vocabulary:
     def _spec(self, name: str) -> DimensionSpec | None:
         return self.profile.dimension(name)
 
+    def _tables(self) -> dict[str, dict[str, str]]:
+        cached = self.__dict__.get("_cached_tables")
+        if cached is None:
+            profile = self.profile
+            entity_synonyms = {label: code for code, label in profile.home_entity_labels.items()}
+            entity_synonyms.update(profile.home_entity_synonyms)
+            cached = {"entity": _table(entity_synonyms, profile.entity_codes())}
+            for spec in profile.dimensions:
+                synonyms = (
+                    {label: code for code, label in spec.labels.items()} if spec.name != "metric" else {}
+                )
+                synonyms.update(spec.synonyms)
+                cached[f"dim:{spec.name}"] = _table(synonyms, spec.codes())
+            # A frozen dataclass: the cache goes straight into the instance dict (lookups never change it).
+            self.__dict__["_cached_tables"] = cached
+        return cached
+
+    def _find(self, table: str, raw: str | None) -> str | None:
+        if not isinstance(raw, str) or not raw.strip():
+            return None
+        found = self._tables().get(table)
+        return None if found is None else found.get(_fold(raw))
+
     def normalize_metric(self, raw: str | None) -> str | None:
-        spec = self._spec("metric")
-        return None if spec is None else _lookup(raw, spec.synonyms, spec.codes())
+        return self._find("dim:metric", raw)
 
     def normalize_entity(self, raw: str | None) -> str | None:
-        synonyms = dict(self.profile.home_entity_synonyms)
-        for code, label in self.profile.home_entity_labels.items():
-            synonyms.setdefault(label, code)
-        return _lookup(raw, synonyms, self.profile.entity_codes())
+        return self._find("entity", raw)
 
     def normalize_channel(self, raw: str | None) -> str | None:
-        spec = self._spec("channel")
-        if spec is None:
-            return None
-        return _lookup(raw, {**{v: k for k, v in spec.labels.items()}, **spec.synonyms}, spec.codes())
+        return self._find("dim:channel", raw)
 
     def normalize_dimension(self, name: str, raw: str | None) -> str | None:
         """A code of the profile dimension ``name`` (``None`` when the dimension or the term is unknown)."""
-        spec = self._spec(name)
-        if spec is None:
-            return None
-        return _lookup(raw, {**{v: k for k, v in spec.labels.items()}, **spec.synonyms}, spec.codes())
+        return self._find(f"dim:{name}", raw)
 
     def default_channel(self) -> str:
         spec = self._spec("channel")
