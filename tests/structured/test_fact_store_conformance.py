@@ -162,12 +162,37 @@ def test_concurrent_upserts_of_one_key_leave_one_visible_version(
     assert errors == []
     check = stores[0]
     key = check.dim_key_for(make_fact())
-    versions = check.versions(key)
-    assert [v for v, _, _ in versions] == list(range(1, 41))
-    assert sum(1 for _, current, _ in versions if current) == 1
-    rows = check.execute_read("SELECT COUNT(*) AS n FROM fact WHERE dim_key = ? AND is_current = 1", (key,))
+    assert [v for v, _, _ in check.versions(key)] == list(range(1, 41))
+    assert_one_visible_version(check, key)
+
+
+def assert_one_visible_version(store: Any, key: str) -> None:
+    versions = store.versions(key)
+    assert sum(1 for _, current, _ in versions if current) == 1, versions
+    rows = store.execute_read("SELECT COUNT(*) AS n FROM fact WHERE dim_key = ? AND is_current = 1", (key,))
     assert rows[0]["n"] == 1
-    assert len(_q(check)) == 1
+    assert len(store.query(*key.split("|")[0:2], *key.split("|")[4:6], key.split("|")[3])) == 1
+
+
+def test_reverse_proof_two_current_versions_fail_the_check(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "broken.sqlite"
+    with SqliteFactStore(path) as store:
+        store.upsert_facts([make_fact(), make_fact(value=2.0)])
+        key = store.dim_key_for(make_fact())
+        assert_one_visible_version(store, key)
+        # What a racing writer would leave behind without the unique index and the write lock.
+        raw = sqlite3.connect(path)
+        raw.execute("DROP INDEX ux_fact_current")
+        raw.execute("UPDATE fact SET is_current = 1")
+        raw.commit()
+        raw.close()
+        with pytest.raises(AssertionError):
+            assert_one_visible_version(store, key)
+    # Such a file is refused when opened: the unique index cannot be rebuilt over it.
+    with pytest.raises(ValueError, match="not a usable fact store"):
+        SqliteFactStore(path)
 
 
 def test_closed_store_raises(fact_store: Any) -> None:
@@ -264,4 +289,7 @@ def test_one_key_twice_in_a_batch_keeps_both_versions_and_the_last_is_current(fa
     assert fact_store.upsert_facts([make_fact(value=1.0), make_fact(value=2.0), make_fact(value=2.0)]) == 2
     (got,) = _q(fact_store)
     assert got.value == 2.0
-    assert [(v, cur) for v, cur, _ in fact_store.versions(fact_store.dim_key_for(got))] == [(1, False), (2, True)]
+    assert [(v, cur) for v, cur, _ in fact_store.versions(fact_store.dim_key_for(got))] == [
+        (1, False),
+        (2, True),
+    ]
