@@ -336,6 +336,8 @@ _SQLITE_SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS ix_{FACT_TABLE}_source ON {FACT_TABLE} (source_doc_id)",
 )
 _BUSY_TIMEOUT_S = 30.0
+# Statement kinds execute_read accepts (query_only refuses writes; this also keeps out ATTACH and PRAGMA).
+_READ_PREFIXES = ("select", "with", "values", "explain")
 
 
 class SqliteFactStore:
@@ -583,6 +585,10 @@ class SqliteFactStore:
         ``ValueError`` and change nothing."""
         if not isinstance(sql, str) or not sql.strip():
             raise ValueError("execute_read needs one non-empty SQL statement")
+        if not sql.lstrip().lower().startswith(_READ_PREFIXES):
+            raise ValueError(
+                f"execute_read runs SELECT / WITH / VALUES / EXPLAIN statements only, got {sql!r}"
+            )
         with self._lock:
             conn = self._connection()
             conn.execute("PRAGMA query_only = ON")

@@ -122,7 +122,13 @@ def test_execute_read_reads_and_refuses_writes(fact_store: Any) -> None:
     fact_store.upsert_facts([make_fact()])
     rows = fact_store.execute_read("SELECT metric_code, value FROM fact WHERE entity = ?", ("ACME_HK",))
     assert rows[0]["metric_code"] == "REVENUE" and rows[0][1] == 120.5
-    for statement in ("DELETE FROM fact", "UPDATE fact SET value = 0", "DROP TABLE fact", "   "):
+    for statement in (
+        "DELETE FROM fact",
+        "UPDATE fact SET value = 0",
+        "DROP TABLE fact",
+        "   ",
+        "SELECT 1; DELETE FROM fact",
+    ):
         with pytest.raises(ValueError):
             fact_store.execute_read(statement)
     assert fact_store.count() == 1
