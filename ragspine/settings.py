@@ -118,6 +118,10 @@ class Settings:
     store_dsn: str = ""  # postgresql://... selects the PostgreSQL store; empty = SQLite under data_dir
     worker_timeout_s: float = 5.0  # cap per front→worker call; the caller's deadline may cut it shorter
     shutdown_grace_s: float = 10.0  # after SIGTERM, seconds in-flight calls get to finish
+    # Structured channel and graph utilities (all off unless named).
+    fact_store: str = ""  # none | sqlite | sqlite:PATH | postgres | postgresql://...; empty = none
+    graph_store: str = ""  # none | memory | networkx; empty = none
+    relation_extractor: str = ""  # none | cooccurrence | llm; empty = none
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

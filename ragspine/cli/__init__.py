@@ -20,6 +20,8 @@ _COMMAND_MODULES = (
     "ragspine.cli.query_cmd",
     "ragspine.cli.eval_cmd",
     "ragspine.cli.demo_cmd",
+    "ragspine.cli.facts_cmd",
+    "ragspine.cli.graph_cmd",
 )
 
 

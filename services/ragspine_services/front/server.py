@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
+import grpc
+
 from ragspine.retrieval.assembly import resolve_embedding, resolve_reranker, resolve_sparse
 from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.settings import Settings
-from ragspine_services._gen import retrieval_pb2_grpc
+from ragspine_services._gen import retrieval_pb2_grpc, structured_pb2_grpc
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, TokenTableAuthenticator
 from ragspine_services.common.metrics import start_metrics_server
 from ragspine_services.common.server import RunningServer, start_server
@@ -23,6 +25,11 @@ from ragspine_services.front.remote import (
     WorkerClient,
 )
 from ragspine_services.front.servicer import FrontLimits, RetrievalServicer
+from ragspine_services.front.structured import (
+    STRUCTURED_SERVICE_NAME,
+    StructuredServicer,
+    build_structured_servicer,
+)
 from ragspine_services.front.visual_remote import RemoteVisualEncoder
 
 SERVICE_NAME = "ragspine.v1.RetrievalService"
@@ -37,9 +44,12 @@ class FrontParts:
     worker: WorkerClient | None
     default_mode: str
     reranker_name: str
+    structured: StructuredServicer | None = None
 
     def close(self) -> None:
         self.catalog.close()
+        if self.structured is not None:
+            self.structured.facts.close()
         if self.worker is not None:
             self.worker.close()
 
@@ -82,7 +92,8 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
     )
     default_mode = "hybrid" if embedding is not None or sparse is not None else "lexical"
     reranker_name = settings.reranker if reranker is not None else ""
-    return FrontParts(catalog, worker, default_mode, reranker_name)
+    structured = build_structured_servicer(settings, catalog=catalog, lexical=default_mode == "lexical")
+    return FrontParts(catalog, worker, default_mode, reranker_name, structured)
 
 
 def front_authenticator(settings: Settings) -> Authenticator:
@@ -109,9 +120,16 @@ def start_front(
         reranker_name=parts.reranker_name,
         remote_worker=parts.worker is not None,
     )
+    structured = parts.structured
+
+    def add_servicers(server: grpc.Server) -> None:
+        retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(servicer, server)
+        if structured is not None:
+            structured_pb2_grpc.add_StructuredServiceServicer_to_server(structured, server)
+
     running = start_server(
-        add_servicers=lambda s: retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(servicer, s),
-        service_names=[SERVICE_NAME],
+        add_servicers=add_servicers,
+        service_names=[SERVICE_NAME, *([STRUCTURED_SERVICE_NAME] if structured is not None else [])],
         authenticator=authenticator or front_authenticator(settings),
         host=settings.host if host is None else host,
         port=settings.front_port if port is None else port,

@@ -1,0 +1,1 @@
+"""Adapters of the GraphStore Protocol to third-party graph libraries."""
