@@ -38,11 +38,9 @@ from ragspine.stores.pg_chunk_store import (
     PgRow,
     _check_schema,
     _qmark_to_pyformat,
-    connect_in_schema,
-    first_connection,
-    live_connection,
     redact_dsn,
 )
+from ragspine.stores.pg_connect import connect_in_schema, first_connection, live_connection
 
 try:
     import psycopg
