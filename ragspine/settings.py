@@ -57,6 +57,7 @@ class Settings:
     store_dsn: str = ""  # postgresql://... selects the PostgreSQL store; empty = SQLite under data_dir
     worker_timeout_s: float = 5.0  # cap per front→worker call; the caller's deadline may cut it shorter
     shutdown_grace_s: float = 10.0  # after SIGTERM, seconds in-flight calls get to finish
+    company_config: str = ""  # TOML domain profile (vocabularies, sensitivity policy); empty = built-in
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
