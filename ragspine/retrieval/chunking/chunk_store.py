@@ -24,7 +24,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ragspine.common.sensitivity import SENSITIVITY_LEVELS, resolve_label, stored_label
+from ragspine.common.sensitivity import (
+    SENSITIVITY_LEVELS,
+    is_blank_label,
+    normalize_label,
+    resolve_label,
+    stored_label,
+)
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
 
 __all__ = ["ChunkStore", "StoredChunk"]
@@ -660,14 +666,14 @@ def report_labels(where: str, report: dict[str, int]) -> None:
     """Log stored labels outside the closed set (called when a store is opened)."""
     if not report:
         return
-    unknown = {label: n for label, n in report.items() if stored_label(label) == "RESTRICTED"}
+    unknown = [n for label, n in report.items() if not (normalize_label(label) or is_blank_label(label))]
     _logger.warning(
         "chunk store %s holds %d active chunk(s) with sensitivity labels outside %s: %s; they are served "
-        "as their folded label, and labels that fold to none of them as RESTRICTED (%d chunk(s)): "
+        "as their folded label, and the %d chunk(s) whose label folds to none of them as RESTRICTED: "
         "re-ingest those documents with a valid label",
         where,
         sum(report.values()),
         ", ".join(SENSITIVITY_LEVELS),
         ", ".join(f"{label!r} x{n}" for label, n in sorted(report.items())),
-        sum(unknown.values()),
+        sum(unknown),
     )
