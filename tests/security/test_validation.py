@@ -52,7 +52,16 @@ def test_reverse_proof_dollar_anchor_lets_a_newline_through() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["not a date; DROP TABLE", "2024-13-01", "2024-06-31", "yesterday", "٢٠٢٤-٠٦-٣٠", "2024-06-30\n"]
+    "value",
+    [
+        "not a date; DROP TABLE",
+        "2024-13-01",
+        "2024-06-31",
+        "yesterday",
+        "٢٠٢٤-٠٦-٣٠",
+        "2024-06-30\n",
+        "2024\n",
+    ],
 )
 def test_valid_as_of_must_be_iso(make_front, value: str) -> None:
     front = make_front()
@@ -61,7 +70,9 @@ def test_valid_as_of_must_be_iso(make_front, value: str) -> None:
     assert front.stub.ListLibraries(pb.ListLibrariesRequest(), timeout=5).libraries == []
 
 
-@pytest.mark.parametrize("value", ["", "2024-06-30", "2024-06-30T12:00:00+00:00", "2024-06-30T12:00:00Z"])
+@pytest.mark.parametrize(
+    "value", ["", "2024", "2024-06", "2024-06-30", "2024-06-30T12:00:00+00:00", "2024-06-30T12:00:00Z"]
+)
 def test_iso_valid_as_of_is_accepted(make_front, value: str) -> None:
     assert _ingest(make_front(), valid_as_of=value)[0] == grpc.StatusCode.OK
 

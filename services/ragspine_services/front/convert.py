@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime
@@ -42,6 +43,7 @@ MAX_FILTERS = 64
 MAX_FILTER_VALUES = 1024
 MAX_FILTER_VALUE_CHARS = 1024
 MAX_RERANKER_CHARS = 64
+_REDUCED_DATE = re.compile(r"\A[0-9]{4}(-(0[1-9]|1[0-2]))?\Z")
 _DOC_STRING_FIELDS: tuple[tuple[str, int], ...] = (
     ("title", MAX_TITLE_CHARS),
     ("filename", MAX_FIELD_CHARS),
@@ -86,8 +88,9 @@ def check_doc_id(doc_id: str, where: str = "doc_id") -> str:
 
 
 def check_valid_as_of(value: str, where: str = "valid_as_of") -> str:
-    """Empty, or an ISO 8601 date or date-time (``2024-06-30``, ``2024-06-30T12:00:00+00:00``)."""
-    if not value:
+    """Empty, or an ISO 8601 date or date-time (``2024-06-30``, ``2024-06-30T12:00:00+00:00``; a year or a
+    year and month, ``2024`` / ``2024-06``, are ISO's reduced precision and accepted too)."""
+    if not value or _REDUCED_DATE.match(value):
         return value
     if len(value) <= 64 and value.isascii() and value[:1].isdigit():
         for parse in (date.fromisoformat, datetime.fromisoformat):
