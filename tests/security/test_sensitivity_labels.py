@@ -258,3 +258,24 @@ def test_policy_check_names_the_field() -> None:
     with pytest.raises(ValueError, match="default_level"):
         sens.check_policy(SensitivityPolicy(default_level="SECRET"))
     assert sens.check_policy(SensitivityPolicy()) == SensitivityPolicy()
+
+
+def test_assembled_index_uses_the_profile_policy(tmp_path: Path) -> None:
+    from ragspine.retrieval.assembly import assemble_index
+    from ragspine.settings import Settings
+
+    profile = tmp_path / "profile.toml"
+    profile.write_text(
+        'home_company_name = "ACME"\nhome_entity_code = "ACME"\n'
+        '[sensitivity]\nescalate_unknown_to_restricted = true\nrestricted_keywords = ["board only"]\n'
+    )
+    with ChunkStore(tmp_path / "s.db") as store:
+        index = assemble_index(store, Settings(retrieval_mode="economy", company_config=str(profile)))
+        index.ingest(f"{SECRET_WORD} plan", DocumentMeta("secret", sensitivity="SECRET"))
+        index.ingest(f"{SECRET_WORD} plan, board only", DocumentMeta("kw", sensitivity="PUBLIC"))
+        index.ingest(f"{SECRET_WORD} plan", DocumentMeta("open", sensitivity="PUBLIC"))
+        assert _retrieved(index) == {"open"}
+        # Reverse proof: the same settings without the profile refuse SECRET (the built-in policy).
+        plain = assemble_index(store, Settings(retrieval_mode="economy"))
+        with pytest.raises(ValueError, match="not a known label"):
+            plain.ingest("x", DocumentMeta("again", sensitivity="SECRET"))
