@@ -51,7 +51,7 @@ class Settings:
     metrics_port: int = 0  # 0 = no Prometheus endpoint
     worker_address: str = ""  # host:port of the model worker; empty = in-process models (laptop mode)
     worker_token: str = ""  # service token the front presents to the worker
-    auth_tokens_file: str = ""  # JSON {token: {"caller": name, "libraries": [...] or ["*"]}}; empty = no auth
+    auth_tokens_file: str = ""  # JSON {token: {caller, libraries, scopes?}} (see README); empty = no auth
     tls_cert_file: str = ""
     tls_key_file: str = ""
     store_dsn: str = ""  # postgresql://... selects the PostgreSQL store; empty = SQLite under data_dir
