@@ -112,7 +112,7 @@ class Settings:
     otlp_endpoint: str = ""  # OpenTelemetry collector (http://host:4317 or https://...); empty = no tracing
     worker_address: str = ""  # host:port of the model worker; empty = in-process models (laptop mode)
     worker_token: str = ""  # service token the front presents to the worker
-    auth_tokens_file: str = ""  # JSON {token: {"caller": name, "libraries": [...] or ["*"]}}; empty = no auth
+    auth_tokens_file: str = ""  # JSON {token: {caller, libraries, scopes?}} (see README); empty = no auth
     tls_cert_file: str = ""
     tls_key_file: str = ""
     store_dsn: str = ""  # postgresql://... selects the PostgreSQL store; empty = SQLite under data_dir
@@ -122,6 +122,7 @@ class Settings:
     fact_store: str = ""  # none | sqlite | sqlite:PATH | postgres | postgresql://...; empty = none
     graph_store: str = ""  # none | memory | networkx; empty = none
     relation_extractor: str = ""  # none | cooccurrence | llm; empty = none
+    company_config: str = ""  # TOML domain profile (vocabularies, sensitivity policy); empty = built-in
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

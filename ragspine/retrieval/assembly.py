@@ -132,6 +132,11 @@ def assemble_index(
         "reranker": reranker if reranker is not None else resolve_reranker(settings, sparse),
         "sparse_encoder": sparse,
     }
+    if settings.company_config.strip():
+        from ragspine.common.company_profile import load_company_profile
+
+        # Documents ingested through this index are labelled by the domain profile's sensitivity policy.
+        kwargs["sensitivity_policy"] = load_company_profile(settings.company_config.strip()).sensitivity
     if not is_off(settings.filter_extractor):
         from ragspine.retrieval.filtering.automatic import make_filter_extractor
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ragspine.common.sensitivity import RESTRICTED, is_blank_label, normalize_label
+
 DEFAULT_TOP_K = 50
 DEFAULT_TOP_N = 10
 DEFAULT_RRF_K = 60
@@ -10,9 +12,17 @@ DEFAULT_BM25_B = 0.75
 DEFAULT_CHUNK_CHARS = 480
 DEFAULT_OVERLAP_CHARS = 80
 
-RESTRICTED_SENSITIVITY = "RESTRICTED"
+RESTRICTED_SENSITIVITY = RESTRICTED
 
 
 def is_restricted(sensitivity: object) -> bool:
-    """True when a sensitivity label is RESTRICTED (case-insensitive, surrounding spaces ignored)."""
-    return str(sensitivity).strip().upper() == RESTRICTED_SENSITIVITY
+    """True unless ``sensitivity`` is a known non-RESTRICTED label or blank (unlabelled = INTERNAL).
+
+    Fails closed: look-alikes of RESTRICTED (full-width, zero-width characters, punctuation, any case) and
+    every label outside the closed set (``"SECRET"``, a non-string) count as RESTRICTED; see
+    ``ragspine.common.sensitivity``.
+    """
+    level = normalize_label(sensitivity)
+    if level is not None:
+        return level == RESTRICTED
+    return not is_blank_label(sensitivity)

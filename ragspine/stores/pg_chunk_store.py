@@ -27,7 +27,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.common.sensitivity import SENSITIVITY_LEVELS, stored_label
+from ragspine.retrieval.chunking.chunk_store import ChunkStore, report_labels
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
 from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector, redact_dsn, scrub_secret
 
@@ -238,6 +239,7 @@ class PgChunkStore:
         except BaseException:
             self.close()
             raise
+        report_labels(f"schema {self._schema}", self.sensitivity_report())
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -379,8 +381,8 @@ class PgChunkStore:
     def _to_stored(row: Sequence[Any]) -> StoredChunk:
         values = dict(zip(_COLUMN_NAMES, row, strict=True))
         values["active"] = bool(values["active"])
-        if values["sensitivity"] == "":
-            values["sensitivity"] = "INTERNAL"
+        # A label outside the closed set (an older store, a row written by hand) reads as RESTRICTED.
+        values["sensitivity"] = stored_label(values["sensitivity"])
         return StoredChunk(**values)
 
     def iter_chunks(
@@ -417,11 +419,36 @@ class PgChunkStore:
             rows = conn.execute(f"{_SELECT}{where} ORDER BY doc_id, seq, version", params).fetchall()
         return [self._to_stored(row) for row in rows]
 
-    def count(self, include_inactive: bool = False) -> int:
-        """Number of stored chunks (active ones only unless ``include_inactive``)."""
+    def count(self, include_inactive: bool = False, *, include_restricted: bool = True) -> int:
+        """Number of stored chunks (active ones only unless ``include_inactive``); with
+        ``include_restricted=False`` RESTRICTED chunks (and unknown labels, read as RESTRICTED) are left
+        out."""
+        if include_restricted:
+            where = "" if include_inactive else " WHERE active = 1"
+            with self._lock:
+                return int(self._connection().execute(f"SELECT count(*) FROM {_TABLE}{where}").fetchone()[0])
+        return sum(
+            n
+            for label, n in self.label_counts(include_inactive=include_inactive).items()
+            if stored_label(label) != "RESTRICTED"
+        )
+
+    def label_counts(self, *, include_inactive: bool = False) -> dict[str, int]:
+        """Chunks per sensitivity label exactly as stored (active ones only unless ``include_inactive``)."""
         where = "" if include_inactive else " WHERE active = 1"
         with self._lock:
-            return int(self._connection().execute(f"SELECT count(*) FROM {_TABLE}{where}").fetchone()[0])
+            rows = (
+                self._connection()
+                .execute(f"SELECT sensitivity, count(*) FROM {_TABLE}{where} GROUP BY sensitivity")
+                .fetchall()
+            )
+        return {str(label if label is not None else ""): int(n) for label, n in rows}
+
+    def sensitivity_report(self) -> dict[str, int]:
+        """Active chunks whose stored label is not one of the closed set, by raw label (empty when clean)."""
+        return {
+            label: n for label, n in self.label_counts().items() if label not in SENSITIVITY_LEVELS and label
+        }
 
     def doc_ids(self, *, include_inactive: bool = False) -> list[str]:
         """Sorted distinct ids of documents with active chunks (any stored rows if ``include_inactive``)."""

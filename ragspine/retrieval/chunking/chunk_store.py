@@ -12,6 +12,7 @@ readers never block the writer and writers queue on SQLite's lock (``busy_timeou
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,9 +24,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ragspine.common.sensitivity import (
+    SENSITIVITY_LEVELS,
+    is_blank_label,
+    normalize_label,
+    resolve_label,
+    stored_label,
+)
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
 
 __all__ = ["ChunkStore", "StoredChunk"]
+
+_logger = logging.getLogger(__name__)
 
 _TABLE = "narrative_chunk"
 _LOG = "narrative_change_log"
@@ -61,6 +71,7 @@ _COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in _COLUMNS)
 _REQUIRED_COLUMNS = ("chunk_id", "doc_id", "text")
 _INT_COLUMNS = frozenset(name for name, decl in _COLUMNS if decl.startswith("INTEGER"))
 _CHUNK_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Chunk))
+_SENSITIVITY_AT = _CHUNK_FIELDS.index("sensitivity")
 _STR_CHUNK_FIELDS = tuple(name for name in _CHUNK_FIELDS if name not in _INT_COLUMNS)
 _INT_CHUNK_FIELDS = tuple(name for name in _CHUNK_FIELDS if name in _INT_COLUMNS)
 _FILTER_COLUMNS = ("doc_id", "topic", "entity", "geography", "period", "language")
@@ -203,6 +214,7 @@ class ChunkStore:
             conn.close()
             self._conn = None
             raise
+        report_labels(self._path, self.sensitivity_report())
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -436,7 +448,13 @@ class ChunkStore:
                 raise ValueError(
                     f"chunks[{i}].text holds a lone surrogate (invalid UTF-8 source); re-decode the document"
                 ) from None
-            rows[chunk.chunk_id] = (*(getattr(chunk, name) for name in _CHUNK_FIELDS), valid_as_of)
+            values = [getattr(chunk, name) for name in _CHUNK_FIELDS]
+            # Only closed-set labels are stored (look-alikes folded); an unknown one is refused here.
+            try:
+                values[_SENSITIVITY_AT] = resolve_label(chunk.sensitivity)
+            except ValueError as exc:
+                raise ValueError(f"chunks[{i}] ({chunk.chunk_id!r}): {exc}") from None
+            rows[chunk.chunk_id] = (*values, valid_as_of)
         return rows
 
     # ------------------------------------------------------------------ reads
@@ -447,8 +465,8 @@ class ChunkStore:
             for name, value in zip(_COLUMN_NAMES, row, strict=True)
         }
         values["active"] = bool(values["active"])
-        if values["sensitivity"] == "":
-            values["sensitivity"] = "INTERNAL"
+        # A label outside the closed set (an older store, a row written by hand) reads as RESTRICTED.
+        values["sensitivity"] = stored_label(values["sensitivity"])
         return StoredChunk(**values)
 
     def iter_chunks(
@@ -486,11 +504,35 @@ class ChunkStore:
             rows = self._connection().execute(f"{_SELECT}{where} ORDER BY doc_id, seq, version", params)
             return [self._to_stored(row) for row in rows]
 
-    def count(self, include_inactive: bool = False) -> int:
-        """Number of stored chunks (active ones only unless ``include_inactive``)."""
+    def count(self, include_inactive: bool = False, *, include_restricted: bool = True) -> int:
+        """Number of stored chunks (active ones only unless ``include_inactive``); with
+        ``include_restricted=False`` RESTRICTED chunks (and unknown labels, read as RESTRICTED) are left out,
+        which is the count a reader may see."""
+        if include_restricted:
+            where = "" if include_inactive else " WHERE active = 1"
+            with self._lock:
+                return int(self._connection().execute(f"SELECT count(*) FROM {_TABLE}{where}").fetchone()[0])
+        return sum(
+            n
+            for label, n in self.label_counts(include_inactive=include_inactive).items()
+            if stored_label(label) != "RESTRICTED"
+        )
+
+    def label_counts(self, *, include_inactive: bool = False) -> dict[str, int]:
+        """Chunks per sensitivity label exactly as stored (active ones only unless ``include_inactive``)."""
         where = "" if include_inactive else " WHERE active = 1"
         with self._lock:
-            return int(self._connection().execute(f"SELECT count(*) FROM {_TABLE}{where}").fetchone()[0])
+            rows = self._connection().execute(
+                f"SELECT sensitivity, count(*) FROM {_TABLE}{where} GROUP BY sensitivity"
+            )
+            return {str(label if label is not None else ""): int(n) for label, n in rows}
+
+    def sensitivity_report(self) -> dict[str, int]:
+        """Active chunks whose stored label is not one of the closed set, by raw label (empty when clean).
+        Such chunks read as their folded label, or as RESTRICTED when the label is unknown."""
+        return {
+            label: n for label, n in self.label_counts().items() if label not in SENSITIVITY_LEVELS and label
+        }
 
     def doc_ids(self, *, include_inactive: bool = False) -> list[str]:
         """Sorted distinct ids of documents with active chunks (any stored rows if ``include_inactive``)."""
@@ -618,3 +660,20 @@ class ChunkStore:
             ) from None
         finally:
             conn.set_authorizer(None)
+
+
+def report_labels(where: str, report: dict[str, int]) -> None:
+    """Log stored labels outside the closed set (called when a store is opened)."""
+    if not report:
+        return
+    unknown = [n for label, n in report.items() if not (normalize_label(label) or is_blank_label(label))]
+    _logger.warning(
+        "chunk store %s holds %d active chunk(s) with sensitivity labels outside %s: %s; they are served "
+        "as their folded label, and the %d chunk(s) whose label folds to none of them as RESTRICTED: "
+        "re-ingest those documents with a valid label",
+        where,
+        sum(report.values()),
+        ", ".join(SENSITIVITY_LEVELS),
+        ", ".join(f"{label!r} x{n}" for label, n in sorted(report.items())),
+        sum(unknown),
+    )

@@ -8,12 +8,19 @@ the index lock as one step, so a search never sees a mix of a document's old and
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from ragspine.common.sensitivity import (
+    RESTRICTED,
+    SensitivityPolicy,
+    classify_sensitivity,
+    effective_sensitivity,
+)
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
@@ -83,6 +90,7 @@ class NarrativeIndex:
         reranker: Reranker | None = None,
         embedding_cache: MutableMapping[str, list[float]] | None = None,
         sparse_encoder: SparseEncoder | None = None,
+        sensitivity_policy: SensitivityPolicy | None = None,
     ) -> None:
         if persistence_policy not in (None, "memory"):
             raise ValueError(
@@ -100,6 +108,7 @@ class NarrativeIndex:
         self.top_k = validate_top_k(top_k)
         self.rerank_top_n = validate_top_k(rerank_top_n, name="rerank_top_n")
         self.filter_extractor = filter_extractor
+        self.sensitivity_policy = sensitivity_policy or SensitivityPolicy()
         self.chunker: Callable[..., list[Chunk]] = chunker if chunker is not None else chunk_document
         self._sync_lock = threading.Lock()
         self._doc_chunks: dict[str, list[str]] = {}
@@ -129,12 +138,27 @@ class NarrativeIndex:
         Returns 0 when the document is unchanged. Raises ``ValueError`` for bad text or metadata; on error
         the previously stored version stays active.
         """
-        if not isinstance(meta, DocumentMeta):
-            raise ValueError(f"meta must be a DocumentMeta, got {type(meta).__name__}")
+        meta = self.labelled(text, meta)
         chunks = self.chunker(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
         written = self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
         self.sync()
         return written
+
+    def labelled(self, text: str, meta: DocumentMeta) -> DocumentMeta:
+        """``meta`` with its sensitivity resolved by this index's policy: folded into the closed set, raised
+        to RESTRICTED by the policy's filename patterns (matched against ``source_locator_prefix`` and
+        ``doc_id``) or keywords. Raises ``ValueError`` for a label outside the set under a policy that
+        does not escalate, or for a ``meta`` that is not a ``DocumentMeta``."""
+        if not isinstance(meta, DocumentMeta):
+            raise ValueError(f"meta must be a DocumentMeta, got {type(meta).__name__}")
+        policy = self.sensitivity_policy
+        try:
+            level = effective_sensitivity(meta.sensitivity, meta.source_locator_prefix, text, policy)
+            if classify_sensitivity(meta.doc_id, "", policy) == RESTRICTED:
+                level = RESTRICTED
+        except ValueError as exc:
+            raise ValueError(f"document {meta.doc_id!r}: {exc}") from None
+        return meta if level == meta.sensitivity else dataclasses.replace(meta, sensitivity=level)
 
     def ingest_many(
         self,
@@ -148,9 +172,8 @@ class NarrativeIndex:
         ``progress`` (if given) is called with 1 after each document.
         """
         written = 0
-        for text, meta in documents:
-            if not isinstance(meta, DocumentMeta):
-                raise ValueError(f"meta must be a DocumentMeta, got {type(meta).__name__}")
+        for text, raw_meta in documents:
+            meta = self.labelled(text, raw_meta)
             chunks = self.chunker(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
             written += self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
             if progress is not None:

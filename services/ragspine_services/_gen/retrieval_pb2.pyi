@@ -123,7 +123,11 @@ class Document(_message.Message):
     language: _builtins.str
     """Language code (e.g. "en", "zh"), filterable."""
     sensitivity: _builtins.str
-    """Sensitivity label; "RESTRICTED" documents are stored but never indexed, sent to a model or returned."""
+    """Sensitivity label: PUBLIC, INTERNAL, CONFIDENTIAL or RESTRICTED (case, full-width forms, spaces,
+    zero-width characters and punctuation are folded); any other label is INVALID_ARGUMENT, or RESTRICTED
+    when the server's policy escalates unknown labels; empty = the policy's default level. RESTRICTED
+    documents are stored but never indexed, sent to a model, returned or counted.
+    """
     source_locator_prefix: _builtins.str
     """Prefix of every chunk's source_locator (e.g. a URL or path); defaults to doc_id."""
     valid_as_of: _builtins.str

@@ -1,15 +1,17 @@
 """One server interceptor for both services: authenticate, map errors to status codes, time, log.
 
 Servicers stay thin: they raise ``ValueError`` or a domain error from ``errors.py`` and this layer turns it
-into the status from the one table there. Health checks and reflection skip authentication so that
-probes and tooling work without a token.
+into the status from the one table there. A request whose bytes do not parse as its message type is
+answered INVALID_ARGUMENT (after authentication), not gRPC's default INTERNAL: the deserializer is wrapped
+so that a parse failure reaches the handler as a :class:`MalformedRequest` marker. Health checks and
+reflection skip authentication so that probes and tooling work without a token.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -20,6 +22,41 @@ from ragspine_services.common.errors import status_for
 
 _LOG = logging.getLogger("ragspine_services.rpc")
 _UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+
+
+class MalformedRequest:
+    """Stands in for a request message whose bytes did not parse (see :func:`tolerant_deserializer`)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def as_error(self, what: str) -> ValueError:
+        return ValueError(
+            f"{what} is not a valid protobuf message of this method's request type ({self.error})"
+        )
+
+
+def tolerant_deserializer(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserialize`` that returns a :class:`MalformedRequest` instead of raising on bad bytes."""
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:
+            return MalformedRequest(type(exc).__name__)
+
+    return parse
+
+
+def _checked_stream(requests: Iterator[Any]) -> Iterator[Any]:
+    for i, request in enumerate(requests):
+        if isinstance(request, MalformedRequest):
+            raise request.as_error(f"stream message {i}")
+        yield request
 
 
 class ServiceInterceptor(grpc.ServerInterceptor):
@@ -37,19 +74,19 @@ class ServiceInterceptor(grpc.ServerInterceptor):
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap(handler.unary_unary, service, name),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=tolerant_deserializer(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
-                self._wrap(handler.stream_unary, service, name),
-                request_deserializer=handler.request_deserializer,
+                self._wrap(handler.stream_unary, service, name, stream=True),
+                request_deserializer=tolerant_deserializer(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler  # response-streaming methods: none in ragspine.v1 yet
 
     def _wrap(
-        self, behavior: Callable[[Any, Any], Any], service: str, name: str
+        self, behavior: Callable[[Any, Any], Any], service: str, name: str, *, stream: bool = False
     ) -> Callable[[Any, Any], Any]:
         auth = self._auth
 
@@ -60,6 +97,10 @@ class ServiceInterceptor(grpc.ServerInterceptor):
             try:
                 metadata = {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str)}
                 token = set_current_caller(auth.authenticate(metadata))
+                if stream:
+                    request = _checked_stream(request)
+                elif isinstance(request, MalformedRequest):
+                    raise request.as_error("the request")
                 return behavior(request, context)
             except Exception as exc:
                 already = context.code() if hasattr(context, "code") else None

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping
+from datetime import date, datetime
 from typing import Any
 
+from ragspine.common.sensitivity import SensitivityPolicy, effective_sensitivity
 from ragspine.ingest import parse_bytes
 from ragspine.retrieval.chunking.types import METADATA_FIELDS, DocumentMeta
 from ragspine.retrieval.constants import is_restricted
@@ -28,6 +32,105 @@ _SNIPPET_STRINGS = (
     "parent_locator",
     "prompt_text",
 )
+
+
+# Longest accepted value per field; doc_id is the most constrained since it also names chunks and pages.
+MAX_DOC_ID_CHARS = 256
+MAX_TITLE_CHARS = 1024
+MAX_FIELD_CHARS = 256
+MAX_LOCATOR_PREFIX_CHARS = 1024
+MAX_FILTERS = 64
+MAX_FILTER_VALUES = 1024
+MAX_FILTER_VALUE_CHARS = 1024
+MAX_RERANKER_CHARS = 64
+_REDUCED_DATE = re.compile(r"\A[0-9]{4}(-(0[1-9]|1[0-2]))?\Z")
+_DOC_STRING_FIELDS: tuple[tuple[str, int], ...] = (
+    ("title", MAX_TITLE_CHARS),
+    ("filename", MAX_FIELD_CHARS),
+    ("mime_type", MAX_FIELD_CHARS),
+    *((name, MAX_FIELD_CHARS) for name in METADATA_FIELDS),
+    ("source_locator_prefix", MAX_LOCATOR_PREFIX_CHARS),
+)
+
+
+def _control_char(value: str, *, allow_format: bool = False) -> str | None:
+    """The first control (or, unless ``allow_format``, invisible format) character of ``value``."""
+    for ch in value:
+        kind = unicodedata.category(ch)
+        if kind == "Cc" or (kind in ("Cf", "Co", "Cs", "Cn") and not allow_format) or ch in "\u2028\u2029":
+            return ch
+    return None
+
+
+def check_text_field(name: str, value: str, limit: int, *, allow_format: bool = False) -> str:
+    """``value`` unless it is longer than ``limit`` characters or holds a control character (for ids also
+    an invisible format character such as a zero-width space); raises ``ValueError`` naming ``name``."""
+    if len(value) > limit:
+        raise ValueError(f"{name} has {len(value)} characters; the limit is {limit}")
+    bad = _control_char(value, allow_format=allow_format)
+    if bad is not None:
+        raise ValueError(
+            f"{name} holds the control or invisible character U+{ord(bad):04X}; remove it "
+            "(tabs, line breaks, NUL and zero-width characters are not allowed here)"
+        )
+    return value
+
+
+def check_doc_id(doc_id: str, where: str = "doc_id") -> str:
+    """A document id: non-blank, at most ``MAX_DOC_ID_CHARS``, no surrounding spaces, no control or
+    invisible characters (so two ids that look the same are the same). Raises ``ValueError``."""
+    if not doc_id.strip():
+        raise ValueError(f"{where} is empty")
+    check_text_field(where, doc_id, MAX_DOC_ID_CHARS)
+    if doc_id != doc_id.strip():
+        raise ValueError(f"{where} {doc_id[:80]!r} has leading or trailing spaces; remove them")
+    return doc_id
+
+
+def check_valid_as_of(value: str, where: str = "valid_as_of") -> str:
+    """Empty, or an ISO 8601 date or date-time (``2024-06-30``, ``2024-06-30T12:00:00+00:00``; a year or a
+    year and month, ``2024`` / ``2024-06``, are ISO's reduced precision and accepted too)."""
+    if not value or _REDUCED_DATE.match(value):
+        return value
+    if len(value) <= 64 and value.isascii() and value[:1].isdigit():
+        for parse in (date.fromisoformat, datetime.fromisoformat):
+            try:
+                parse(value)
+                return value
+            except ValueError:
+                continue
+    raise ValueError(
+        f"{where} {value[:80]!r} is not an ISO 8601 date; use e.g. '2024-06-30' or "
+        "'2024-06-30T12:00:00+00:00' (empty = now)"
+    )
+
+
+def _enum_value(enum: Any, value: int, where: str) -> int:
+    if value not in enum.values():
+        names = ", ".join(f"{n} ({v})" for n, v in enum.items())
+        raise ValueError(f"{where}={value} is not a known value; use one of {names}")
+    return value
+
+
+def check_retrieve_request(request: retrieval_pb2.RetrieveRequest) -> None:
+    """Field checks of a ``RetrieveRequest`` that need no server state: the enums ``mode`` and ``combine``,
+    the number and size of filters, the reranker name. Raises ``ValueError`` naming the field."""
+    _enum_value(retrieval_pb2.RetrievalMode, request.mode, "mode")
+    _enum_value(retrieval_pb2.FilterCombine, request.combine, "combine")
+    if len(request.filters) > MAX_FILTERS:
+        raise ValueError(f"{len(request.filters)} filters; the limit is {MAX_FILTERS}")
+    for i, cond in enumerate(request.filters):
+        check_text_field(f"filters[{i}].op", cond.op, 16)
+        values = list(cond.list_value.values) if cond.WhichOneof("value") == "list_value" else []
+        if len(values) > MAX_FILTER_VALUES:
+            raise ValueError(f"filters[{i}] has {len(values)} values; the limit is {MAX_FILTER_VALUES}")
+        for value in (cond.string_value, *values):
+            if len(value) > MAX_FILTER_VALUE_CHARS:
+                raise ValueError(
+                    f"filters[{i}] has a value of {len(value)} characters; "
+                    f"the limit is {MAX_FILTER_VALUE_CHARS}"
+                )
+    check_text_field("reranker", request.reranker, MAX_RERANKER_CHARS)
 
 
 def metadata_filter(
@@ -81,10 +184,36 @@ def document_text(doc: retrieval_pb2.Document, index: int) -> tuple[str, str]:
     raise ValueError(f"{label}: set either text or file")
 
 
-def document_meta(doc: retrieval_pb2.Document, title: str, index: int) -> DocumentMeta:
-    """``DocumentMeta`` of a wire document. ``ValueError`` for a missing doc_id."""
-    if not doc.doc_id.strip():
-        raise ValueError(f"documents[{index}]: doc_id is empty")
+def document_meta(
+    doc: retrieval_pb2.Document,
+    title: str,
+    index: int,
+    *,
+    text: str = "",
+    policy: SensitivityPolicy | None = None,
+) -> DocumentMeta:
+    """``DocumentMeta`` of a wire document, every field checked (``ValueError`` naming the document and
+    the field): doc_id, lengths and control characters of the metadata strings, ``valid_as_of`` (ISO
+    8601), and the sensitivity label, resolved by ``policy`` (folded into the closed set; unknown →
+    rejected or RESTRICTED; the policy's filename patterns and keywords in ``text`` raise it to
+    RESTRICTED)."""
+    label = f"documents[{index}]"
+    try:
+        check_doc_id(doc.doc_id)
+    except ValueError as exc:
+        raise ValueError(f"{label}: {exc}") from None
+    label = f"documents[{index}] ({doc.doc_id})"
+    try:
+        for name, limit in _DOC_STRING_FIELDS:
+            # Joiners and other format characters are part of some scripts' words: only ids refuse them.
+            check_text_field(name, getattr(doc, name), limit, allow_format=True)
+        check_valid_as_of(doc.valid_as_of)
+        policy = policy or SensitivityPolicy()
+        sensitivity = effective_sensitivity(doc.sensitivity, doc.filename, text, policy)
+        if sensitivity != "RESTRICTED" and doc.source_locator_prefix:
+            sensitivity = effective_sensitivity(sensitivity, doc.source_locator_prefix, "", policy)
+    except ValueError as exc:
+        raise ValueError(f"{label}: {exc}") from None
     return DocumentMeta(
         doc_id=doc.doc_id,
         title=title,
@@ -93,7 +222,7 @@ def document_meta(doc: retrieval_pb2.Document, title: str, index: int) -> Docume
         geography=doc.geography,
         period=doc.period,
         language=doc.language,
-        sensitivity=doc.sensitivity.strip().upper() or "INTERNAL",
+        sensitivity=sensitivity,
         source_locator_prefix=doc.source_locator_prefix or doc.doc_id,
     )
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragspine.common.company_profile import default_profile, load_company_profile
+from ragspine.common.sensitivity import SensitivityPolicy
 from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
@@ -37,15 +39,17 @@ if TYPE_CHECKING:
     from ragspine.stores.pg_libraries import PgLibraryDirectory
 
 log = logging.getLogger(__name__)
-_LIBRARY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# \Z, not $: "$" also matches before a trailing newline, which would let "lib\n" through.
+_LIBRARY_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _SUFFIX = ".sqlite"
 
 
 def check_library_id(library_id: str) -> str:
     """Return ``library_id`` or raise ``ValueError`` saying what a valid id looks like."""
     if not isinstance(library_id, str) or not _LIBRARY_ID.match(library_id):
+        shown = library_id[:80] if isinstance(library_id, str) else library_id
         raise ValueError(
-            f"library id {library_id!r} is invalid: use 1-64 letters, digits, '.', '_' or '-', "
+            f"library id {shown!r} is invalid: use 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
     return library_id
@@ -156,8 +160,11 @@ class LibraryCatalog:
         reranker: Reranker | None = None,
         sparse_encoder: Any = None,
         visual_encoder: Any = None,
+        sensitivity_policy: SensitivityPolicy | None = None,
     ) -> None:
         self.settings = settings
+        # How ingested documents are labelled (the domain profile's policy unless one is given).
+        self.sensitivity_policy = sensitivity_policy or _policy_from(settings)
         self.visual_encoder = visual_encoder
         self.root = Path(settings.data_dir) / "libraries"
         self.embedding_backend = embedding_backend
@@ -276,6 +283,14 @@ class LibraryCatalog:
         if self._directory is not None:
             return {"store": redact_dsn(self.settings.store_dsn), "libraries": self.ids()}
         return {"root": str(self.root), "libraries": self.ids()}
+
+
+def _policy_from(settings: Settings) -> SensitivityPolicy:
+    """The sensitivity policy of the profile named by ``settings.company_config`` (built-in default when
+    empty); ``ValueError`` naming the file or key when the profile is malformed."""
+    path = settings.company_config.strip()
+    profile = load_company_profile(path) if path else default_profile()
+    return profile.sensitivity
 
 
 def redact_dsn(dsn: str) -> str:

@@ -22,7 +22,7 @@ from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.routing.multi_index import LibraryIndex, MultiIndexRetriever
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
-from ragspine_services.common.auth import current_caller
+from ragspine_services.common.auth import WRITE, current_caller
 from ragspine_services.common.deadline import call_deadline
 from ragspine_services.common.errors import BackendUnavailableError, NotFoundError, RequestTooLargeError
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
@@ -108,7 +108,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     @staticmethod
     def _authorize(library_id: str) -> str:
         check_library_id(library_id)
-        current_caller().require(library_id)
+        current_caller().require(library_id, WRITE)
         return library_id
 
     def _prepare(self, docs: Iterable[retrieval_pb2.Document]) -> list[tuple[str, DocumentMeta, str, Any]]:
@@ -123,7 +123,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 text, title = "", doc.title
             else:
                 text, title = convert.document_text(doc, i)
-            meta = convert.document_meta(doc, title, i)
+            meta = convert.document_meta(doc, title, i, text=text, policy=self.catalog.sensitivity_policy)
             if meta.doc_id in seen:
                 raise ValueError(f"documents[{i}]: doc_id {meta.doc_id!r} appears twice in one request")
             seen.add(meta.doc_id)
@@ -231,16 +231,21 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     def DeleteDocument(
         self, request: retrieval_pb2.DeleteDocumentRequest, context: grpc.ServicerContext
     ) -> retrieval_pb2.DeleteDocumentResponse:
-        check_library_id(request.library)
-        current_caller().require(request.library)
-        if not request.doc_id:
-            raise ValueError("doc_id is empty")
+        self._authorize(request.library)
+        convert.check_doc_id(request.doc_id)
         library = self.catalog.get(request.library)
+        not_found = NotFoundError(f"document {request.doc_id!r} is not in library {request.library!r}")
+        if not current_caller().is_admin(request.library) and any(
+            is_restricted(c.sensitivity) for c in library.store.iter_chunks(doc_id=request.doc_id)
+        ):
+            # Whether a RESTRICTED document exists is an administrator's business only: same answer as
+            # for an unknown id, and nothing is withdrawn.
+            raise not_found
         withdrawn = library.writer().withdraw(request.doc_id)
         pages = library.pages()
         pages_removed = pages.remove_doc(request.doc_id) if pages is not None else 0
         if not withdrawn and not pages_removed:
-            raise NotFoundError(f"document {request.doc_id!r} is not in library {request.library!r}")
+            raise not_found
         return retrieval_pb2.DeleteDocumentResponse(chunks_withdrawn=withdrawn)
 
     # ------------------------------------------------------------------ retrieve
@@ -276,6 +281,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.RetrieveRequest, context: grpc.ServicerContext
     ) -> retrieval_pb2.RetrieveResponse:
         started = time.perf_counter()
+        convert.check_retrieve_request(request)
         query = request.query
         if not query.strip():
             raise ValueError("query is blank")
@@ -367,7 +373,11 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         for name in self.catalog.ids():
             if caller.may_read(name):
                 out.append(
-                    retrieval_pb2.Library(library_id=name, chunk_count=self.catalog.get(name).store.count())
+                    retrieval_pb2.Library(
+                        library_id=name,
+                        # RESTRICTED chunks are never counted: the count would trace their volume.
+                        chunk_count=self.catalog.get(name).store.count(include_restricted=False),
+                    )
                 )
         return retrieval_pb2.ListLibrariesResponse(libraries=out)
 
