@@ -24,7 +24,7 @@ from ragspine.common.glossary import Vocabulary
 from ragspine.common.sensitivity import RESTRICTED
 from ragspine.graph.store import GraphEdge
 from ragspine.retrieval.link.providers import LLMProvider
-from ragspine.settings import Settings
+from ragspine.settings import OFF, Settings, choice
 
 RELATION_EXTRACTOR_ENV = "RAGSPINE_RELATION_EXTRACTOR"
 DEFAULT_MAX_RELATIONS = 64
@@ -218,8 +218,8 @@ def make_relation_extractor(
     :class:`LLMRelationExtractor` (``provider`` required). ``ValueError`` otherwise."""
     if spec is None:
         spec = (kwargs.pop("settings", None) or Settings.from_env()).relation_extractor
-    name = str(spec).strip().lower().replace("-", "_")
-    if name in ("", "none"):
+    name = choice(spec).replace("-", "_")
+    if name == OFF:
         return None
     if name in ("cooccurrence", "co_occurrence", "deterministic"):
         return DeterministicRelationExtractor(profile)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ragspine.retrieval.link.providers import LLMProvider
-from ragspine.settings import Settings
+from ragspine.settings import OFF, Settings, choice
 
 NARRATIVE_GRAPH_ENV = "RAGSPINE_NARRATIVE_GRAPH"
 DEFAULT_MAX_ENTITIES = 32
@@ -229,8 +229,8 @@ def make_narrative_graph(
     pipeline (``provider`` required; ``max_entities``/``max_relations`` from kwargs)."""
     if spec is None:
         spec = (kwargs.pop("settings", None) or Settings.from_env()).extra.get("narrative_graph", "")
-    name = str(spec).strip().lower()
-    if name in ("", "none"):
+    name = choice(spec)
+    if name == OFF:
         return None
     if name == "llm":
         if provider is None:

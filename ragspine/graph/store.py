@@ -16,216 +16,58 @@ Semantics every store shares (the conformance pack in ``tests/graph`` holds both
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from ragspine.common.sensitivity import RESTRICTED
-from ragspine.settings import Settings
+# Published names defined in ragspine.graph.model (shared by every implementation), re-exported.
+from ragspine.graph.model import (
+    DEFAULT_MAX_DEPTH,
+    DIRECTION_BOTH,
+    DIRECTION_IN,
+    DIRECTION_OUT,
+    DIRECTIONS,
+    GRAPH_STORE_ENTRY_POINT_GROUP,
+    GRAPH_STORE_ENV,
+    SENSITIVITY_KEY,
+    GraphEdge,
+    GraphNode,
+    GraphStore,
+    Subgraph,
+    build_subgraph,
+    check_depth,
+    check_direction,
+    check_edge,
+    check_node,
+    is_restricted_node,
+    neighbor_nodes,
+    node_admitted,
+    walk,
+)
 
-DIRECTION_OUT = "out"
-DIRECTION_IN = "in"
-DIRECTION_BOTH = "both"
-DIRECTIONS: tuple[str, ...] = (DIRECTION_OUT, DIRECTION_IN, DIRECTION_BOTH)
-DEFAULT_MAX_DEPTH = 3
-GRAPH_STORE_ENV = "RAGSPINE_GRAPH_STORE"
-GRAPH_STORE_ENTRY_POINT_GROUP = "ragspine.graph_stores"
-SENSITIVITY_KEY = "sensitivity"
-
-
-@dataclass(frozen=True)
-class GraphNode:
-    """A node: ``id`` (unique), ``type`` (entity, metric, period, value, document, ...), label, metadata."""
-
-    id: str
-    type: str
-    label: str = ""
-    metadata: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class GraphEdge:
-    """A directed, typed edge; metadata carries lineage (source doc, locator, how it was derived)."""
-
-    src: str
-    dst: str
-    type: str
-    metadata: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Subgraph:
-    """Nodes (sorted by id) and the edges among them (sorted by src, dst, type)."""
-
-    nodes: tuple[GraphNode, ...]
-    edges: tuple[GraphEdge, ...]
-
-
-@runtime_checkable
-class GraphStore(Protocol):
-    def upsert_nodes(self, nodes: Sequence[GraphNode]) -> int: ...
-
-    def upsert_edges(self, edges: Sequence[GraphEdge]) -> int: ...
-
-    def get_node(self, node_id: str) -> GraphNode | None: ...
-
-    def neighbors(
-        self,
-        node_id: str,
-        *,
-        edge_type: str | None = None,
-        direction: str = DIRECTION_OUT,
-        where: Mapping[str, str] | None = None,
-    ) -> list[GraphNode]: ...
-
-    def subgraph(
-        self,
-        seeds: Sequence[str],
-        *,
-        depth: int = 1,
-        edge_types: Sequence[str] | None = None,
-        where: Mapping[str, str] | None = None,
-    ) -> Subgraph: ...
-
-    def traverse(
-        self,
-        start: str,
-        *,
-        edge_types: Sequence[str] | None = None,
-        max_depth: int = DEFAULT_MAX_DEPTH,
-        direction: str = DIRECTION_OUT,
-        where: Mapping[str, str] | None = None,
-    ) -> list[GraphNode]: ...
-
-    def count_nodes(self) -> int: ...
-
-    def count_edges(self) -> int: ...
-
-
-# ---------------------------------------------------------------------------------------------- shared
-
-
-def is_restricted_node(node: GraphNode) -> bool:
-    return str(node.metadata.get(SENSITIVITY_KEY, "")).strip().upper() == RESTRICTED
-
-
-def check_node(node: object, where: str) -> GraphNode:
-    if not isinstance(node, GraphNode):
-        raise ValueError(f"{where}: expected a GraphNode, got {type(node).__name__}")
-    if not isinstance(node.id, str) or not node.id or not isinstance(node.type, str) or not node.type:
-        raise ValueError(f"{where}: id and type must be non-empty strings")
-    return node
-
-
-def check_edge(edge: object, where: str) -> GraphEdge:
-    if not isinstance(edge, GraphEdge):
-        raise ValueError(f"{where}: expected a GraphEdge, got {type(edge).__name__}")
-    if not all(isinstance(v, str) and v for v in (edge.src, edge.dst, edge.type)):
-        raise ValueError(f"{where}: src, dst and type must be non-empty strings")
-    return edge
-
-
-def check_direction(direction: str) -> str:
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction {direction!r} is not one of {', '.join(DIRECTIONS)}")
-    return direction
-
-
-def check_depth(depth: int, name: str) -> int:
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {depth!r}")
-    return depth
-
-
-def node_admitted(node: GraphNode | None, where: Mapping[str, str] | None) -> bool:
-    if node is None or is_restricted_node(node):
-        return False
-    return not where or all(node.metadata.get(k) == v for k, v in where.items())
-
-
-class _Adjacency(Protocol):
-    """What the shared walks need from a store's internals."""
-
-    def _node(self, node_id: str) -> GraphNode | None: ...
-
-    def _steps(self, node_id: str, edge_types: frozenset[str] | None, direction: str) -> list[str]: ...
-
-    def _edges_among(self, ids: set[str], edge_types: frozenset[str] | None) -> list[GraphEdge]: ...
-
-
-def walk(
-    store: _Adjacency,
-    starts: Sequence[str],
-    *,
-    edge_types: Sequence[str] | None,
-    max_depth: int,
-    direction: str,
-    where: Mapping[str, str] | None,
-) -> list[str]:
-    """Breadth-first ids reached from ``starts`` (not included), each level sorted by id; RESTRICTED
-    nodes and nodes failing ``where`` are neither returned nor passed through."""
-    types = frozenset(edge_types) if edge_types is not None else None
-    seen = set(starts)
-    frontier = sorted(s for s in set(starts) if node_admitted(store._node(s), None))
-    out: list[str] = []
-    for _ in range(max_depth):
-        nxt: set[str] = set()
-        for node_id in frontier:
-            for other in store._steps(node_id, types, direction):
-                if other in seen:
-                    continue
-                seen.add(other)
-                if node_admitted(store._node(other), where):
-                    nxt.add(other)
-        frontier = sorted(nxt)
-        out.extend(frontier)
-        if not frontier:
-            break
-    return out
-
-
-def neighbor_nodes(
-    store: _Adjacency,
-    node_id: str,
-    *,
-    edge_type: str | None,
-    direction: str,
-    where: Mapping[str, str] | None,
-) -> list[GraphNode]:
-    check_direction(direction)
-    if not node_admitted(store._node(node_id), None):
-        return []
-    types = frozenset([edge_type]) if edge_type is not None else None
-    ids = sorted(set(store._steps(node_id, types, direction)) - {node_id})
-    out = []
-    for other in ids:
-        node = store._node(other)
-        if node is not None and node_admitted(node, where):
-            out.append(node)
-    return out
-
-
-def build_subgraph(
-    store: _Adjacency,
-    seeds: Sequence[str],
-    *,
-    depth: int,
-    edge_types: Sequence[str] | None,
-    where: Mapping[str, str] | None,
-) -> Subgraph:
-    check_depth(depth, "depth")
-    if isinstance(seeds, str):
-        raise ValueError("seeds must be a sequence of node ids, not one string")
-    kept = {s for s in seeds if node_admitted(store._node(s), where)}
-    reached = walk(
-        store, sorted(kept), edge_types=edge_types, max_depth=depth, direction=DIRECTION_BOTH, where=where
-    )
-    ids = kept | set(reached)
-    nodes = tuple(n for n in (store._node(i) for i in sorted(ids)) if n is not None)
-    types = frozenset(edge_types) if edge_types is not None else None
-    edges = tuple(sorted(store._edges_among(ids, types), key=lambda e: (e.src, e.dst, e.type)))
-    return Subgraph(nodes=nodes, edges=edges)
-
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "DIRECTIONS",
+    "DIRECTION_BOTH",
+    "DIRECTION_IN",
+    "DIRECTION_OUT",
+    "GRAPH_STORE_ENTRY_POINT_GROUP",
+    "GRAPH_STORE_ENV",
+    "SENSITIVITY_KEY",
+    "GraphEdge",
+    "GraphNode",
+    "GraphStore",
+    "Subgraph",
+    "build_subgraph",
+    "check_depth",
+    "check_direction",
+    "check_edge",
+    "check_node",
+    "is_restricted_node",
+    "neighbor_nodes",
+    "node_admitted",
+    "walk",
+]
+from ragspine.settings import OFF, Settings, choice
 
 # ---------------------------------------------------------------------------------------------- in-process
 
@@ -352,8 +194,8 @@ def make_graph_store(spec: str | None = None, **kwargs: Any) -> GraphStore | Non
     adapter ([graph] extra), or an entry point in ``ragspine.graph_stores``. ``ValueError`` otherwise."""
     if spec is None:
         spec = (kwargs.pop("settings", None) or Settings.from_env()).graph_store
-    name = str(spec).strip().lower().replace("-", "_")
-    if name in ("", "none"):
+    name = choice(spec).replace("-", "_")
+    if name == OFF:
         return None
     if name in ("memory", "in_process", "inprocess"):
         return InProcessGraphStore()

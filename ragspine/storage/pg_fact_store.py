@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ragspine.common.sensitivity import RESTRICTED
-from ragspine.storage.fact_store import (
+from ragspine.storage.fact_schema import (
     _SELECT,
     COLUMNS,
     FACT_TABLE,

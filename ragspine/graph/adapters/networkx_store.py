@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragspine.graph.store import (
+from ragspine.graph.model import (
     DEFAULT_MAX_DEPTH,
     DIRECTION_BOTH,
     DIRECTION_IN,
