@@ -13,6 +13,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from ragspine.retrieval.lexical.tokenizer import tokenize
 
+# The environment variable ``make_library_router(None)`` resolves through (``Settings.library_router``).
+LIBRARY_ROUTER_ENV = "RAGSPINE_LIBRARY_ROUTER"
+
 
 @dataclass(frozen=True)
 class RoutableLibrary:
