@@ -32,7 +32,9 @@ class Settings:
     filter_extractor: str = "none"
     library_router: str = "none"
     vector_store: str = "memory"
-    glossary_path: str = ""
+    glossary_path: str = ""  # a legacy glossary JSON for the query rewriter instead of the domain profile
+    company_config: str = ""  # the domain profile (TOML); empty = the built-in default vocabulary
+    contextual: str = "none"  # contextual headers on the index text: none | header
     device: str = "auto"
     visual_embedder: str = "none"
     visual_model: str = ""  # ColPali / ColQwen2 id or local path; empty = the family's published -hf model

@@ -12,6 +12,8 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ragspine.common.company_profile import profile_for
+from ragspine.retrieval.contextual import make_index_text_fn
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter, load_glossary
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.lexical.types import EmbeddingBackend, SparseEncoder
@@ -121,11 +123,17 @@ def assemble_index(
         if vector_namespace and store_kind in ("pgvector", "postgres", "postgresql"):
             table["table"] = f"ragspine_vectors_{vector_namespace}"
         vector_store = make_vector_store(settings.vector_store, **table)
-    glossary = load_glossary(settings.glossary_path) if settings.glossary_path else None
+    # The domain profile (RAGSPINE_COMPANY_CONFIG, else the built-in default) feeds the query rewriter,
+    # filter extraction and contextual headers; a legacy glossary file replaces it for the rewriter only.
+    profile = profile_for(settings.company_config)
+    if settings.glossary_path:
+        rewriter = GlossaryQueryRewriter(glossary=load_glossary(settings.glossary_path))
+    else:
+        rewriter = GlossaryQueryRewriter(profile=profile)
     sparse = overrides["sparse_encoder"] if "sparse_encoder" in overrides else resolve_sparse(settings, mode)
     kwargs: dict[str, Any] = {
         "embedding_backend": backend,
-        "query_rewriter": GlossaryQueryRewriter(glossary=glossary),
+        "query_rewriter": rewriter,
         "vector_store": vector_store,
         "reranker": reranker if reranker is not None else resolve_reranker(settings, sparse),
         "sparse_encoder": sparse,
@@ -133,7 +141,10 @@ def assemble_index(
     if settings.filter_extractor.strip().lower() not in ("", "none"):
         from ragspine.retrieval.filtering.automatic import make_filter_extractor
 
-        kwargs["filter_extractor"] = make_filter_extractor(settings.filter_extractor)
+        kwargs["filter_extractor"] = make_filter_extractor(settings.filter_extractor, profile=profile)
+    index_text_fn = make_index_text_fn(settings.contextual, profile=profile)
+    if index_text_fn is not None:
+        kwargs["index_text_fn"] = index_text_fn
     if settings.chunker.strip().lower() not in ("", "default"):
         from ragspine.retrieval.chunking.factory import make_chunker
 
