@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
         "--contextual",
         action="store_true",
         help="prepend a contextual header (title · entity · period · heading) to each chunk's index text "
-        "(RAGSPINE_CONTEXTUAL=header)",
+        "(RAGSPINE_CONTEXTUAL=header); the title then travels as metadata, not as a first paragraph",
     )
     p.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N judged queries")
     p.add_argument("--work-dir", default=None, help="empty folder for the SQLite store (default: a temp dir)")
@@ -64,6 +64,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ragspine.eval.harness import run_eval
     from ragspine.retrieval.assembly import assemble_index
+    from ragspine.retrieval.contextual import make_index_text_fn
     from ragspine.settings import Settings
 
     settings = Settings.from_env(
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             max_queries=args.max_queries,
             run_file=run_fh,
             progress=not args.no_progress and sys.stderr.isatty(),
+            title_in_text=make_index_text_fn(settings.contextual) is None,
         )
     finally:
         if run_fh is not None:
