@@ -109,3 +109,32 @@ def test_settings_select_contextual_headers_in_assembly(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="RAGSPINE_CONTEXTUAL"):
         assemble_index(store, Settings(retrieval_mode="bm25", contextual="llm"))
     store.close()
+
+
+def test_company_config_setting_reaches_headers_rewriter_and_extractor(tmp_path: Path) -> None:
+    profile = tmp_path / "globex.toml"
+    profile.write_text(
+        'home_company_name = "Globex"\nhome_entity_code = "GLOBEX"\n'
+        '[home_entity_synonyms]\n"环球香港" = "GLOBEX_HK"\n'
+        '[home_entity_labels]\nGLOBEX_HK = "Globex Hong Kong"\n',
+        encoding="utf-8",
+    )
+    env = {"RAGSPINE_COMPANY_CONFIG": str(profile), "RAGSPINE_CONTEXTUAL": "header"}
+    settings = Settings.from_env(env, retrieval_mode="bm25", filter_extractor="controlled_vocab")
+    assert (settings.company_config, settings.contextual) == (str(profile), "header")
+    store = ChunkStore(tmp_path / "g.db")
+    store.init_schema()
+    index = assemble_index(store, settings)
+    chunk = replace(CHUNK, entity="GLOBEX_HK")
+    assert index.retriever.index_text_fn is not None
+    assert "GLOBEX_HK Globex Hong Kong" in index.retriever.index_text_fn(chunk)
+    assert index.retriever.query_rewriter is not None
+    assert index.retriever.query_rewriter.rewrite("环球香港营收")[1] == "GLOBEX_HK营收"
+    assert index.filter_extractor is not None
+    extracted = index.filter_extractor.extract("环球香港")
+    assert extracted is not None and extracted.conditions[0].value == "GLOBEX_HK"
+    store.close()
+    bad = Settings(retrieval_mode="bm25", company_config=str(tmp_path / "absent.toml"))
+    with ChunkStore(tmp_path / "b.db") as other, pytest.raises(ValueError, match="does not exist"):
+        other.init_schema()
+        assemble_index(other, bad)
