@@ -91,7 +91,9 @@ class Settings:
     filter_extractor: str = "none"
     library_router: str = "none"
     vector_store: str = "memory"
-    glossary_path: str = ""
+    glossary_path: str = ""  # a legacy glossary JSON for the query rewriter instead of the domain profile
+    company_config: str = ""  # the domain profile (TOML); empty = the built-in default vocabulary
+    contextual: str = "none"  # contextual headers on the index text: none | header
     device: str = "auto"
     visual_embedder: str = "none"
     visual_model: str = ""  # ColPali / ColQwen2 id or local path; empty = the family's published -hf model
@@ -122,7 +124,6 @@ class Settings:
     fact_store: str = ""  # none | sqlite | sqlite:PATH | postgres | postgresql://...; empty = none
     graph_store: str = ""  # none | memory | networkx; empty = none
     relation_extractor: str = ""  # none | cooccurrence | llm; empty = none
-    company_config: str = ""  # TOML domain profile (vocabularies, sensitivity policy); empty = built-in
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

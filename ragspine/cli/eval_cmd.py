@@ -35,6 +35,17 @@ def register(sub: Any) -> None:
         help="chunk size in characters; default: each BEIR document is one retrieval unit, as BEIR scores "
         "passages (use 480 to measure the default chunker)",
     )
+    p.add_argument(
+        "--chunker",
+        default=None,
+        help="chunker name (make_chunker / RAGSPINE_CHUNKER), e.g. default, semantic, parent_child",
+    )
+    p.add_argument(
+        "--contextual",
+        action="store_true",
+        help="prepend a contextual header (title · entity · period · heading) to each chunk's index text "
+        "(RAGSPINE_CONTEXTUAL=header); the title then travels as metadata, not as a first paragraph",
+    )
     p.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N judged queries")
     p.add_argument("--work-dir", default=None, help="empty folder for the SQLite store (default: a temp dir)")
     p.add_argument("--run-file", default=None, help="write a TREC run file here")
@@ -53,9 +64,16 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ragspine.eval.harness import run_eval
     from ragspine.retrieval.assembly import assemble_index
+    from ragspine.retrieval.contextual import make_index_text_fn
     from ragspine.settings import Settings
 
-    settings = Settings.from_env(retrieval_mode=args.mode, embedding=args.embedding, reranker=args.reranker)
+    settings = Settings.from_env(
+        retrieval_mode=args.mode,
+        embedding=args.embedding,
+        reranker=args.reranker,
+        chunker=getattr(args, "chunker", None),
+        contextual="header" if getattr(args, "contextual", False) else None,
+    )
     if args.embedding:  # the flag beats the RAGSPINE_EMBEDDING_BACKEND alias too
         settings = dataclasses.replace(settings, embedding_backend="")
     if args.max_chars < 2:
@@ -73,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             max_queries=args.max_queries,
             run_file=run_fh,
             progress=not args.no_progress and sys.stderr.isatty(),
+            title_in_text=make_index_text_fn(settings.contextual) is None,
         )
     finally:
         if run_fh is not None:

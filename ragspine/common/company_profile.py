@@ -279,3 +279,15 @@ def load_company_profile(path: str | Path | None = None) -> DomainProfile:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"company profile {str(file)!r} is not valid TOML: {exc}") from None
     return profile_from_mapping(data, source=str(file))
+
+
+def profile_for(company_config: str | None = None) -> DomainProfile:
+    """The profile a component should use: the TOML file ``company_config`` names, the built-in default
+    when it is empty, and, when it is ``None``, whatever ``Settings.company_config``
+    (``RAGSPINE_COMPANY_CONFIG``) names. Raises ``ValueError`` like ``load_company_profile``."""
+    if company_config is None:
+        from ragspine.settings import Settings
+
+        company_config = Settings.from_env().company_config
+    path = company_config.strip()
+    return load_company_profile(path) if path else default_profile()

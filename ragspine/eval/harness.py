@@ -63,14 +63,24 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
 
 
 def ingest_dataset(
-    index: NarrativeIndex, dataset: BeirDataset, *, progress: bool = False, language: str = ""
+    index: NarrativeIndex,
+    dataset: BeirDataset,
+    *,
+    progress: bool = False,
+    language: str = "",
+    title_in_text: bool = True,
 ) -> float:
-    """Ingest every corpus document (title as the first paragraph) and warm the index; returns docs/s."""
+    """Ingest every corpus document and warm the index; returns docs/s.
+
+    The title is always the document's ``DocumentMeta.title``; with ``title_in_text`` it is also the
+    text's first paragraph. Contextual headers already put the title in front of every chunk's index
+    text, so their runs pass ``title_in_text=False`` rather than also index a title-only chunk.
+    """
     bar = _progress(len(dataset.corpus), f"ingest {dataset.name}", progress)
     t0 = time.perf_counter()
     docs = (
         (
-            f"{d.title}\n\n{d.text}" if d.title else d.text,
+            f"{d.title}\n\n{d.text}" if d.title and title_in_text else d.text,
             DocumentMeta(doc_id=d.doc_id, title=d.title, language=language),
         )
         for d in dataset.corpus
@@ -95,11 +105,12 @@ def run_eval(
     run_file: TextIO | None = None,
     progress: bool = False,
     language: str = "",
+    title_in_text: bool = True,
 ) -> EvalResult:
     """Ingest ``dataset_dir`` into a fresh store built by ``make_index`` and score its judged queries.
 
     ``work_dir`` holds the SQLite file (a temporary folder when None). ``run_file`` receives a TREC run
-    (``qid Q0 docid rank score ragspine-<mode>``).
+    (``qid Q0 docid rank score ragspine-<mode>``). ``title_in_text``: see ``ingest_dataset``.
     """
     dataset = load_beir(dataset_dir)
     judged = dataset.judged_queries()
@@ -115,7 +126,9 @@ def run_eval(
         with ChunkStore(db) as store:
             store.init_schema()
             index = make_index(store)
-            docs_per_s = ingest_dataset(index, dataset, progress=progress, language=language)
+            docs_per_s = ingest_dataset(
+                index, dataset, progress=progress, language=language, title_in_text=title_in_text
+            )
             retriever = NarrativeIndexRetriever(index, retry_without_filters=False)
             totals = {"ndcg": 0.0, "recall": 0.0, "mrr": 0.0}
             degraded = 0

@@ -12,6 +12,8 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ragspine.common.company_profile import profile_for
+from ragspine.retrieval.contextual import make_index_text_fn
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter, load_glossary
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.lexical.types import EmbeddingBackend, SparseEncoder
@@ -123,24 +125,33 @@ def assemble_index(
         if vector_namespace and store_kind in ("pgvector", "postgres", "postgresql"):
             table["table"] = f"ragspine_vectors_{vector_namespace}"
         vector_store = make_vector_store(settings.vector_store, settings=settings, **table)
-    glossary = load_glossary(settings.glossary_path) if settings.glossary_path else None
+    # The domain profile (RAGSPINE_COMPANY_CONFIG, else the built-in default) feeds the query rewriter,
+    # filter extraction and contextual headers; a legacy glossary file replaces it for the rewriter only.
+    profile = profile_for(settings.company_config)
+    if settings.glossary_path:
+        rewriter = GlossaryQueryRewriter(glossary=load_glossary(settings.glossary_path))
+    else:
+        rewriter = GlossaryQueryRewriter(profile=profile)
     sparse = overrides["sparse_encoder"] if "sparse_encoder" in overrides else resolve_sparse(settings, mode)
     kwargs: dict[str, Any] = {
         "embedding_backend": backend,
-        "query_rewriter": GlossaryQueryRewriter(glossary=glossary),
+        "query_rewriter": rewriter,
         "vector_store": vector_store,
         "reranker": reranker if reranker is not None else resolve_reranker(settings, sparse),
         "sparse_encoder": sparse,
     }
     if settings.company_config.strip():
-        from ragspine.common.company_profile import load_company_profile
-
         # Documents ingested through this index are labelled by the domain profile's sensitivity policy.
-        kwargs["sensitivity_policy"] = load_company_profile(settings.company_config.strip()).sensitivity
+        kwargs["sensitivity_policy"] = profile.sensitivity
     if not is_off(settings.filter_extractor):
         from ragspine.retrieval.filtering.automatic import make_filter_extractor
 
-        kwargs["filter_extractor"] = make_filter_extractor(settings.filter_extractor, settings=settings)
+        kwargs["filter_extractor"] = make_filter_extractor(
+            settings.filter_extractor, settings=settings, profile=profile
+        )
+    index_text_fn = make_index_text_fn(settings.contextual, profile=profile)
+    if index_text_fn is not None:
+        kwargs["index_text_fn"] = index_text_fn
     if choice(settings.chunker, default="default") != "default":
         from ragspine.retrieval.chunking.factory import make_chunker
 

@@ -19,6 +19,7 @@ from ragspine.retrieval.chunking.chunking import (
     DocumentMeta,
     chunk_document,
 )
+from ragspine.retrieval.chunking.types import para_locator
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS as CONST_CHUNK
 from ragspine.retrieval.constants import DEFAULT_OVERLAP_CHARS as CONST_OVERLAP
 
@@ -30,23 +31,20 @@ ENDERS = "。！？；.!?;"
 
 
 def reference_paragraphs(text: str) -> list[tuple[int, int]]:
-    """Paragraph spans by the spec's definition, computed line by line (independent of the chunker)."""
+    """Paragraph spans by the spec's definition (the stripped non-blank lines), independent of the chunker."""
     spans: list[tuple[int, int]] = []
-    run_start: int | None = None
-    run_end = 0
     offset = 0
     for line in text.split("\n"):
         if line.strip():
-            if run_start is None:
-                run_start = offset + (len(line) - len(line.lstrip()))
-            run_end = offset + len(line.rstrip())
-        elif run_start is not None:
-            spans.append((run_start, run_end))
-            run_start = None
+            spans.append((offset + len(line) - len(line.lstrip()), offset + len(line.rstrip())))
         offset += len(line) + 1
-    if run_start is not None:
-        spans.append((run_start, run_end))
     return spans
+
+
+def expected_locator(c: Chunk) -> str:
+    if c.para_start == c.para_end:
+        return f"#para{c.para_start}"
+    return f"#para{c.para_start}-{c.para_end}"
 
 
 def non_space(s: str) -> int:
@@ -63,7 +61,7 @@ def assert_chunks_honest(source: str, chunks: list[Chunk], max_chars: int, overl
     is_piece: list[bool] = []
     for c in chunks:
         assert 1 <= c.para_start <= c.para_end <= len(paras)
-        assert c.source_locator.endswith(f"#para{c.para_start}-{c.para_end}")
+        assert c.source_locator.endswith(expected_locator(c))
         assert 0 < len(c.text) <= max_chars
         assert c.text == c.text.strip()
         start, end = paras[c.para_start - 1][0], paras[c.para_end - 1][1]
@@ -87,6 +85,8 @@ def assert_chunks_honest(source: str, chunks: list[Chunk], max_chars: int, overl
             assert nxt.para_start >= prev.para_end
             continue
         assert prev.para_start < nxt.para_start <= prev.para_end + 1
+        # Greedy packing: the previous chunk stopped because the next paragraph did not fit.
+        assert paras[prev.para_end][1] - paras[prev.para_start - 1][0] > max_chars
         if nxt.para_start <= prev.para_end:
             carried = source[paras[nxt.para_start - 1][0] : paras[prev.para_end - 1][1]]
             assert len(carried) <= overlap_chars
@@ -103,7 +103,7 @@ def test_defaults_are_the_published_constants() -> None:
 
 
 def test_default_budget_on_a_long_document() -> None:
-    text = "\n\n".join(f"Paragraph {i} has a few words in it, nothing more." for i in range(60))
+    text = "\n".join(f"Paragraph {i} has a few words in it, nothing more." for i in range(60))
     chunks = chunk_document(text, META)
     assert len(chunks) > 1
     assert all(len(c.text) <= 480 for c in chunks)
@@ -141,7 +141,7 @@ def test_short_document_is_one_chunk_with_all_metadata() -> None:
 
 def test_locator_prefix_falls_back_to_doc_id() -> None:
     chunks = chunk_document("a\n\nb", DocumentMeta(doc_id="memo-7"), max_chars=2, overlap_chars=0)
-    assert [c.source_locator for c in chunks] == ["memo-7#para1-1", "memo-7#para2-2"]
+    assert [c.source_locator for c in chunks] == ["memo-7#para1", "memo-7#para2"]
     assert [c.chunk_id for c in chunks] == ["memo-7#c0", "memo-7#c1"]
 
 
@@ -152,9 +152,35 @@ def test_blank_line_variants_separate_paragraphs(sep: str) -> None:
     assert [(c.text, c.para_start) for c in chunks] == [("alpha", 1), ("beta", 2)]
 
 
-def test_single_newline_does_not_split_a_paragraph() -> None:
-    [chunk] = chunk_document("line one\nline two", META)
-    assert (chunk.para_start, chunk.para_end) == (1, 1)
+def test_each_non_blank_line_is_a_paragraph() -> None:
+    text = "line one\n  line two  \n\n\tline three"
+    [chunk] = chunk_document(text, META)
+    assert (chunk.para_start, chunk.para_end) == (1, 3)
+    assert chunk.source_locator == "doc-1#para1-3"
+    assert chunk.text == "line one\n  line two  \n\n\tline three"
+    # Indentation and blank lines between paragraphs count against the budget: the text stays a slice.
+    chunks = chunk_document(text, META, max_chars=20, overlap_chars=0)
+    assert [c.text for c in chunks] == ["line one\n  line two", "line three"]
+    assert [c.source_locator for c in chunks] == ["doc-1#para1-2", "doc-1#para3"]
+
+
+def test_published_worked_example_four_paragraphs() -> None:
+    paras = ["a" * 100, "b" * 100, "c" * 100, "d" * 100]
+    text = "\n".join(paras)
+    chunks = chunk_document(text, META, max_chars=250, overlap_chars=120)
+    p1, p2, p3, p4 = paras
+    assert [c.text for c in chunks] == [f"{p1}\n{p2}", f"{p2}\n{p3}", f"{p3}\n{p4}"]
+    assert [c.source_locator for c in chunks] == ["doc-1#para1-2", "doc-1#para2-3", "doc-1#para3-4"]
+    no_overlap = chunk_document(text, META, max_chars=250, overlap_chars=0)
+    assert [c.text for c in no_overlap] == [f"{p1}\n{p2}", f"{p3}\n{p4}"]
+    assert_chunks_honest(text, chunks, 250, 120)
+
+
+def test_budget_never_cuts_into_the_next_paragraph() -> None:
+    """A paragraph that does not fit starts the next chunk whole; the previous chunk is not topped up."""
+    text = "\n".join(["a" * 100, "b" * 100, "c" * 100])
+    chunks = chunk_document(text, META, max_chars=250, overlap_chars=0)
+    assert [c.text for c in chunks] == ["a" * 100 + "\n" + "b" * 100, "c" * 100]
 
 
 # ----------------------------------------------------------------------------- packing and overlap
@@ -165,7 +191,7 @@ def test_packing_and_carrying_a_trailing_paragraph() -> None:
     text = "\n\n".join([p1, p2, p3, p4])
     chunks = chunk_document(text, META, max_chars=80, overlap_chars=25)
     # p1+p2 = 72 chars fit; p2 (20 <= 25) is carried and p2+p3 = 72 fit; p3 (50) is too long to carry.
-    assert [c.source_locator for c in chunks] == ["doc-1#para1-2", "doc-1#para2-3", "doc-1#para4-4"]
+    assert [c.source_locator for c in chunks] == ["doc-1#para1-2", "doc-1#para2-3", "doc-1#para4"]
     assert [c.text for c in chunks] == [f"{p1}\n\n{p2}", f"{p2}\n\n{p3}", p4]
     assert_chunks_honest(text, chunks, 80, 25)
 
@@ -226,7 +252,7 @@ def test_sentence_longer_than_budget_is_hard_cut() -> None:
     text = "x" * 25
     chunks = chunk_document(text, META, max_chars=10, overlap_chars=3)
     assert [c.text for c in chunks] == ["x" * 10, "x" * 10, "x" * 5]
-    assert {c.source_locator for c in chunks} == {"doc-1#para1-1"}
+    assert {c.source_locator for c in chunks} == {"doc-1#para1"}
 
 
 # ----------------------------------------------------------------------------- property test
@@ -269,6 +295,28 @@ def test_honesty_check_catches_a_chunker_that_rewrites_whitespace() -> None:
         assert_chunks_honest(text, broken(text, META, max_chars=40, overlap_chars=5), 40, 5)
 
 
+def test_honesty_check_catches_a_chunker_that_cuts_into_the_next_paragraph() -> None:
+    """Reverse proof: filling the budget with the head of the next paragraph breaks the paragraph rule."""
+
+    def budget_filling_chunker(text: str, meta: DocumentMeta, **kw: int) -> list[Chunk]:
+        chunks = chunk_document(text, meta, **kw)
+        first = chunks[0]
+        start = text.index(first.text)
+        return [replace(first, text=text[start : start + kw["max_chars"]].strip()), *chunks[1:]]
+
+    text = "\n".join(["a" * 100, "b" * 100, "c" * 100])
+    with pytest.raises(AssertionError):
+        assert_chunks_honest(text, budget_filling_chunker(text, META, max_chars=250, overlap_chars=0), 250, 0)
+
+
+def test_para_locator_formats_and_validates() -> None:
+    assert para_locator("f.txt", 1, 1) == "f.txt#para1"
+    assert para_locator("f.txt", 1, 3) == "f.txt#para1-3"
+    for bad in [(0, 1), (3, 2), (-1, -1)]:
+        with pytest.raises(ValueError, match="1 <= start <= end"):
+            para_locator("f.txt", *bad)
+
+
 # ----------------------------------------------------------------------------- validation
 
 
@@ -307,7 +355,7 @@ def test_lone_surrogates_raise() -> None:
 
 
 def test_large_document_is_not_quadratic() -> None:
-    text = "\n\n".join(f"Paragraph {i}. 第{i}段。" for i in range(100_000))
+    text = "\n".join(f"Paragraph {i}. 第{i}段。" for i in range(100_000))
     started = time.perf_counter()
     chunks = chunk_document(text, META)
     elapsed = time.perf_counter() - started

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.chunking.factory import make_chunker
+from ragspine.retrieval.contextual import make_index_text_fn
 from ragspine.retrieval.filtering.automatic import make_filter_extractor
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
@@ -72,6 +74,8 @@ def test_unselected_stages_are_byte_identical(tmp_path: Path) -> None:
         "embedding_none": _dump(tmp_path, "emb", embedding_backend=make_embedding_backend("none")),
         "rewriter_identity": _dump(tmp_path, "rw", query_rewriter=_Rewriter([])),
         "reranker_none": _dump(tmp_path, "rr", reranker=None, judge=None),
+        "contextual_none": _dump(tmp_path, "ctx", index_text_fn=make_index_text_fn("none")),
+        "chunker_default": _dump(tmp_path, "ch", chunker=make_chunker("default")),
     }
     for name, blob in variants.items():
         assert blob == baseline, name
@@ -90,6 +94,7 @@ def test_reverse_proof_changing_stages_are_caught(tmp_path: Path) -> None:
     baseline = _dump(tmp_path, "base")
     assert _dump(tmp_path, "pp", postprocessor=_Reverse()) != baseline
     assert _dump(tmp_path, "rw", query_rewriter=_Rewriter(["battery supplier"])) != baseline
+    assert _dump(tmp_path, "ctx", index_text_fn=make_index_text_fn("header")) != baseline
 
 
 def test_bare_install_auto_is_pure_bm25(tmp_path: Path, monkeypatch: Any) -> None:

@@ -84,3 +84,28 @@ def test_published_bm25_quality(shared_data: Path, name: str, floor: float) -> N
         make_index=lambda s: assemble_index(s, Settings(retrieval_mode="bm25"), max_chars=1_000_000),
     )
     assert result.ndcg_at_10 >= floor, result.as_text()
+
+
+def test_cli_chunker_and_contextual_flags(tmp_path: Path) -> None:
+    root = tmp_path / "titles"
+    root.mkdir()
+    corpus = [
+        {"_id": "p", "title": "Penguins", "text": "The birds breed on sea ice.\nChicks fledge at two months"},
+        {"_id": "d", "title": "Ducks", "text": "Ducklings fledge within weeks.\nThey swim on day one."},
+    ]
+    (root / "corpus.jsonl").write_text("\n".join(json.dumps(c) for c in corpus))
+    (root / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "when do penguins fledge"}))
+    (root / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq\tp\t1\n")
+
+    def ragspine_eval(*flags: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "ragspine", "eval", str(root), "--mode", "bm25", "--json", *flags]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    run = ragspine_eval("--max-chars", "40", "--chunker", "default", "--contextual")
+    assert run.returncode == 0, run.stderr
+    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    # Per document: title + first line, then the second line alone; the header puts "Penguins" in front
+    # of the "fledge" chunk, so the penguin document ranks first.
+    assert figures["chunks"] == 4 and figures["ndcg_at_10"] == pytest.approx(1.0)
+    bad = ragspine_eval("--max-chars", "40", "--chunker", "no-such-chunker")
+    assert bad.returncode == 2 and "no-such-chunker" in bad.stderr

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from ragspine.common.company_profile import default_profile, load_company_profile
 from ragspine.retrieval.lexical.glossary import (
     Glossary,
     GlossaryQueryRewriter,
@@ -59,13 +61,14 @@ def test_longest_form_wins_at_a_position() -> None:
     assert variants == ["operating cash flow", "现金流", "cash flow"]
 
 
-def test_several_concepts_expand_breadth_first_and_respect_the_cap() -> None:
-    variants = GlossaryQueryRewriter(4, glossary=Glossary.from_mapping(SMALL)).rewrite("ACME China 营收")
+def test_codes_first_then_synonyms_breadth_first_and_respect_the_cap() -> None:
+    variants = GlossaryQueryRewriter(5, glossary=Glossary.from_mapping(SMALL)).rewrite("ACME China revenue")
     assert variants == [
+        "ACME China revenue",
+        "ACME_CN revenue",  # each matched term replaced by its code (the canonical name), in query order
         "ACME China 营收",
-        "ACME_CN 营收",  # first synonym of the first concept
-        "ACME China 收入",  # first synonym of the second concept
-        "艾克米中国 营收",  # second round
+        "艾克米中国 revenue",  # then the first other synonym of each term
+        "ACME China 收入",
     ]
 
 
@@ -96,16 +99,71 @@ def test_non_string_query_is_rejected() -> None:
         rewriter().rewrite(None)  # type: ignore[arg-type]
 
 
-def test_default_glossary_covers_finance_metrics_in_both_languages() -> None:
+def test_default_rewriter_reads_the_default_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAGSPINE_COMPANY_CONFIG", raising=False)
     default = GlossaryQueryRewriter()
     assert default.max_queries == 5
-    revenue = default.rewrite("营收")
-    assert revenue[0] == "营收"
-    assert "revenue" in revenue[1:]
-    assert "毛利率" in GlossaryQueryRewriter(10).rewrite("gross margin")
-    assert "net income" in GlossaryQueryRewriter(10).rewrite("净利润")
+    # The published example: the controlled codes come first, then the other synonyms.
+    assert default.rewrite("营收在香港的表现") == [
+        "营收在香港的表现",
+        "REVENUE在香港的表现",
+        "营收在ACME_HK的表现",
+        "收入在香港的表现",
+        "营收在acme hk的表现",
+    ]
+    assert "ROE是多少" in GlossaryQueryRewriter(10).rewrite("股本回报率是多少")
+    assert "净资产收益率是多少" in GlossaryQueryRewriter(10).rewrite("股本回报率是多少")
+    assert GlossaryQueryRewriter(10).rewrite("银保渠道")[1] == "BANCA渠道"
+
+
+def test_ascii_terms_on_word_boundaries_cjk_as_substrings() -> None:
+    rewriter = GlossaryQueryRewriter(10, profile=default_profile())
+    assert rewriter.rewrite("chinaware and hkd") == ["chinaware and hkd"]  # no match inside words
+    assert rewriter.rewrite("China sales")[1] == "ACME_CN sales"  # case-insensitive, whole word
+    assert rewriter.rewrite("中国区营收")[1:3] == ["ACME_CN区营收", "中国区REVENUE"]  # CJK inside a run
+
+
+def test_a_term_already_written_as_its_code_gets_only_synonyms() -> None:
+    variants = GlossaryQueryRewriter(3, profile=default_profile()).rewrite("ROE trend")
+    assert variants == ["ROE trend", "return on equity trend", "净资产收益率 trend"]
+
+
+def test_profile_file_drives_the_rewriter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "profile.toml"
+    path.write_text(
+        'home_company_name = "Globex"\nhome_entity_code = "GLOBEX"\n'
+        '[home_entity_synonyms]\n"globex" = "GLOBEX"\n"环球" = "GLOBEX"\n'
+        '[[dimensions]]\nname = "metric"\nlabel = "Metric"\n'
+        'synonyms = { "churn" = "CHURN", "流失率" = "CHURN" }\n',
+        encoding="utf-8",
+    )
+    explicit = GlossaryQueryRewriter(10, profile=load_company_profile(path))
+    # "churn" is its code up to case, so it only gets its synonym; "Globex" is the code GLOBEX up to case.
+    assert explicit.rewrite("环球 churn") == ["环球 churn", "GLOBEX churn", "环球 流失率"]
+    monkeypatch.setenv("RAGSPINE_COMPANY_CONFIG", str(path))
+    assert GlossaryQueryRewriter(10).rewrite("环球 churn") == explicit.rewrite("环球 churn")
+    monkeypatch.setenv("RAGSPINE_COMPANY_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(ValueError, match="does not exist"):
+        GlossaryQueryRewriter()
+
+
+def test_dimensions_without_expand_are_left_alone() -> None:
+    profile = default_profile()
+    profile.dimensions = tuple(
+        replace(d, expand=False) if d.name == "channel" else d for d in profile.dimensions
+    )
+    assert GlossaryQueryRewriter(10, profile=profile).rewrite("代理渠道") == ["代理渠道"]
+
+
+def test_profile_and_glossary_together_are_refused() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        GlossaryQueryRewriter(profile=default_profile(), glossary=default_glossary())
+
+
+def test_sample_glossary_file_still_loads() -> None:
     sections = {group.section for group in default_glossary().groups}
     assert sections == {"entities", "metrics"}
+    assert "net income" in GlossaryQueryRewriter(10, glossary=default_glossary()).rewrite("净利润")
 
 
 def test_load_glossary_round_trips_a_valid_file(tmp_path: Path) -> None:

@@ -183,3 +183,29 @@ def test_warm_embeds_everything_before_queries(tmp_path: Path) -> None:
     assert Counting.texts == 2
     index.retrieve("dividend")
     assert Counting.texts == 3  # only the query itself
+
+
+class _ReversingJudge:
+    """Records what it was shown and ranks the candidates in reverse."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []
+
+    def judge(self, query: str, candidates: list[str]) -> list[int]:
+        self.seen.append(list(candidates))
+        return list(reversed(range(len(candidates))))
+
+
+def test_judge_reranks_and_never_sees_restricted_text(tmp_path: Path) -> None:
+    judge = _ReversingJudge()
+    index = NarrativeIndex(_store(tmp_path / "a.db"), judge=judge, rerank_top_n=3)
+    for i in range(5):
+        index.ingest(f"tariffs rose {'sharply ' * i}in region {i}", DocumentMeta(f"d{i}"))
+    index.ingest("tariffs board secret", DocumentMeta("r", sensitivity="RESTRICTED"))
+    plain = [r.chunk.doc_id for r in index.retrieve("tariffs", rerank=False)]
+    judged = [r.chunk.doc_id for r in index.retrieve("tariffs")]
+    assert len(judge.seen) == 1
+    assert all("secret" not in text for text in judge.seen[0])
+    assert len(judge.seen[0]) == len(plain) == 5  # RESTRICTED chunks are never indexed: absent, not held
+    assert judged == list(reversed(plain))[:3]  # the judge's order, cut to rerank_top_n
+    assert [r.chunk.doc_id for r in index.retrieve("tariffs", top_n=2)] == list(reversed(plain))[:2]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from ragspine.common.company_profile import default_profile, load_company_profile
 from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.filtering.automatic import (
     ControlledVocabFilterExtractor,
     FilterExtractor,
     make_filter_extractor,
+    profile_vocab,
 )
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, all_of, make_filter
 
@@ -77,10 +81,34 @@ def test_extracted_filter_only_narrows_the_callers(extractor: ControlledVocabFil
     assert set(map(id, narrowed)) <= set(map(id, caller.apply(chunks)))
 
 
-def test_default_vocab_covers_chinese_and_english() -> None:
+def test_default_vocab_is_the_profiles_entities(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAGSPINE_COMPANY_CONFIG", raising=False)
     extractor = ControlledVocabFilterExtractor()
-    assert conditions(extractor.extract("香港 revenue")) == {("geography", "eq", "HK")}
+    assert conditions(extractor.extract("香港 revenue")) == {("entity", "eq", "ACME_HK")}
+    both = {("entity", "in", ("ACME_CN", "ACME_HK"))}
+    assert conditions(extractor.extract("ACME China vs Hong Kong")) == both
+    assert conditions(extractor.extract("globex 的报告 in chinese")) == {
+        ("entity", "eq", "GLOBEX"),
+        ("language", "eq", "zh"),
+    }
+    assert extractor.extract("hkd chinaware") is None  # ASCII terms need word boundaries
     assert isinstance(extractor, FilterExtractor)
+
+
+def test_profile_vocab_follows_the_profile_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(
+        'home_company_name = "Initech"\nhome_entity_code = "INI"\n'
+        '[home_entity_synonyms]\n"英尼" = "INI_CN"\n',
+        encoding="utf-8",
+    )
+    assert profile_vocab(load_company_profile(path))["entity"] == {"INI": ["Initech"], "INI_CN": ["英尼"]}
+    monkeypatch.setenv("RAGSPINE_COMPANY_CONFIG", str(path))
+    ex = make_filter_extractor("vocab")
+    assert ex is not None and conditions(ex.extract("英尼 sales")) == {("entity", "eq", "INI_CN")}
+    assert ControlledVocabFilterExtractor(profile=default_profile()).extract("英尼") is None
+    with pytest.raises(ValueError, match="not both"):
+        ControlledVocabFilterExtractor(VOCAB, profile=default_profile())
 
 
 @pytest.mark.parametrize(

@@ -97,12 +97,12 @@ class TestDeterministicProvider:
         )
         provider = DeterministicProvider()
         answer = provider.chat([{"role": "system", "content": "x"}, {"role": "user", "content": prompt}])
-        assert answer == "[2] > [3] > [1]"
+        assert answer == "[1] > [2] > [0]"
         assert provider.chat([{"role": "user", "content": prompt}]) == answer  # same input, same output
 
     def test_chinese_overlap(self) -> None:
         prompt = build_listwise_prompt("营收下滑的原因", ["天气晴朗", "营收下滑主要因为需求减弱"])
-        assert DeterministicProvider().chat([{"role": "user", "content": prompt}]) == "[2] > [1]"
+        assert DeterministicProvider().chat([{"role": "user", "content": prompt}]) == "[1] > [0]"
 
     def test_other_prompts_get_an_empty_reply(self) -> None:
         assert DeterministicProvider().chat(MESSAGES) == ""
@@ -136,7 +136,7 @@ class TestJudge:
                 max_tokens: int | None = None,
             ) -> str:
                 calls.append((messages, temperature, max_tokens))
-                return "[3] > [1]"
+                return "[2] > [0]"
 
         assert ProviderListwiseJudge(Recorder(), max_tokens=50).judge("q", ["a", "b", "c"]) == [2, 0, 1]
         assert len(calls) == 1
@@ -168,7 +168,7 @@ class TestJudge:
         assert listwise_rerank("q", results, judge, top_n=10) == results
 
     def test_judge_over_http_sees_no_restricted_text(self, fake_openai: FakeOpenAIServer) -> None:
-        fake_openai.reply_json(chat_reply("[2] > [1]"))
+        fake_openai.reply_json(chat_reply("[1] > [0]"))
         judge = ProviderListwiseJudge(OpenAICompatibleProvider(fake_openai.url))
         out = listwise_rerank("q", ranked("o1 R2 o3"), judge, top_n=10)
         assert ids(out) == ["o3", "R2", "o1"]

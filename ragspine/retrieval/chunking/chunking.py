@@ -3,31 +3,36 @@
 The budget is a character count (no tokenizer), so chunking is offline and deterministic. Every chunk's
 ``text`` is a contiguous substring of the source, which is what keeps citations honest.
 
-Rules, in order:
+Rules, in order (the published package's behaviour):
 
-1. Paragraphs are blocks of text separated by one or more blank lines (a line holding only whitespace
-   counts as blank). A paragraph's span runs from its first to its last non-whitespace character;
-   paragraphs are numbered from 1.
-2. Consecutive paragraphs are packed greedily while the span from the first paragraph's start to the
-   last paragraph's end stays within ``max_chars``. A chunk covering paragraphs ``a..b`` has
-   ``text = source[start(a):end(b)]``, blank lines between them included.
-3. Overlap between consecutive packed chunks: the next chunk starts with the longest run of trailing
-   whole paragraphs of the previous chunk whose span (start of the first carried paragraph to end of the
-   previous chunk) is at most ``overlap_chars``. Carried paragraphs are dropped from the front of that run
-   until the carry plus the next new paragraph fits in ``max_chars``; a paragraph is never cut to make
-   overlap, so the overlap may be empty.
-4. A paragraph longer than ``max_chars`` is chunked on its own: it is split after sentence enders
-   (``。！？；.!?;``, a run of enders and any closing quotes or brackets right after them stay with their
-   sentence), sentences are packed greedily up to ``max_chars``, and a sentence still longer than that is
-   hard-cut every ``max_chars`` characters. These sub-chunks never overlap, and no overlap is carried into
-   or out of an oversized paragraph. Sub-chunk edges are trimmed of whitespace.
+1. Paragraphs are the non-blank lines (split on ``"\\n"``; a line holding only whitespace is blank). A
+   paragraph's span runs from its line's first to its last non-whitespace character; paragraphs are
+   numbered from 1 in document order.
+2. A chunk is a run of whole consecutive paragraphs, packed greedily while the run's length stays within
+   ``max_chars``. A run's length is measured from the first paragraph's start to the last paragraph's end
+   and the chunk's text is exactly that slice of the source; for lines separated by single newlines this
+   is the paragraphs joined by ``"\\n"``, and blank lines or indentation between them count as
+   characters (so a chunk's text never exceeds ``max_chars``).
+3. Overlap: the next chunk starts with the trailing whole paragraphs of the previous chunk whose run is at
+   most ``overlap_chars`` long (never the whole previous chunk). Carried paragraphs are dropped from the
+   front of that run until the carry plus the next new paragraph fits in ``max_chars``; a paragraph is
+   never cut to make overlap, so the overlap may be empty. Four 100-character lines with ``max_chars=250,
+   overlap_chars=120`` give P1+P2 | P2+P3 | P3+P4; with ``overlap_chars=0``, P1+P2 | P3+P4.
+4. Only a single paragraph longer than ``max_chars`` is split: after sentence enders (``。！？；.!?;``, a run
+   of enders and any closing quotes or brackets right after them stay with their sentence), sentences
+   packed greedily up to ``max_chars``, and a sentence still longer than that hard-cut every
+   ``max_chars`` characters. Each piece is its own chunk; pieces never overlap, and no overlap is carried
+   into or out of an oversized paragraph. Piece edges are trimmed of whitespace.
+
+Locators: ``"{prefix}#para{a}"`` for one paragraph, ``"{prefix}#para{a}-{b}"`` for a span (see
+``ragspine.retrieval.chunking.types.para_locator``).
 """
 
 from __future__ import annotations
 
 import re
 
-from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, para_locator
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
 
 __all__ = [
@@ -36,11 +41,11 @@ __all__ = [
     "Chunk",
     "DocumentMeta",
     "chunk_document",
+    "paragraph_spans",
+    "span_chunk",
+    "validate_chunk_args",
 ]
 
-# A run of blank lines. ``[^\S\n]`` is "whitespace but not a newline", so each attempt only scans the
-# leading whitespace of one line and the search stays linear in the text length.
-_BLANK_LINES = re.compile(r"\n[^\S\n]*\n(?:[^\S\n]*\n)*")
 _NON_SPACE = re.compile(r"\S")
 # Sentence end: a run of enders plus closing quotes/brackets that belong to the same sentence.
 _SENTENCE_END = re.compile(r"[。！？；.!?;]+[\"'”’」』）)\]]*")
@@ -58,8 +63,9 @@ def chunk_document(
     """Split ``text`` into chunks of at most ``max_chars`` characters (see the module doc for the rules).
 
     ``chunk_id`` is ``"{doc_id}#c{seq}"`` with a dense 0-based ``seq``; ``source_locator`` is
-    ``"{prefix}#para{a}-{b}"`` where ``prefix`` is ``meta.source_locator_prefix`` or, when that is empty,
-    ``meta.doc_id``. Metadata and sensitivity are copied from ``meta``. Runs in time linear in ``len(text)``.
+    ``"{prefix}#para{a}"`` (one paragraph) or ``"{prefix}#para{a}-{b}"`` where ``prefix`` is
+    ``meta.source_locator_prefix`` or, when that is empty, ``meta.doc_id``. Metadata and sensitivity
+    are copied from ``meta``. Runs in time linear in ``len(text)``.
 
     Returns ``[]`` for empty or whitespace-only text.
 
@@ -68,7 +74,7 @@ def chunk_document(
     (bytes that were not valid UTF-8, decoded with ``surrogateescape``).
     """
     validate_chunk_args(text, meta, max_chars, overlap_chars)
-    paragraphs = _paragraph_spans(text)
+    paragraphs = paragraph_spans(text)
     prefix = meta.source_locator_prefix or meta.doc_id
     chunks: list[Chunk] = []
     for (start, end), para_a, para_b in _chunk_spans(text, paragraphs, max_chars, overlap_chars):
@@ -95,7 +101,7 @@ def span_chunk(
         doc_id=meta.doc_id,
         seq=seq,
         text=text[start:end],
-        source_locator=f"{prefix}#para{para_a}-{para_b}",
+        source_locator=para_locator(prefix, para_a, para_b),
         para_start=para_a,
         para_end=para_b,
         title=meta.title,
@@ -135,15 +141,17 @@ def validate_chunk_args(text: object, meta: DocumentMeta, max_chars: object, ove
         ) from None
 
 
-def _paragraph_spans(text: str) -> list[Span]:
-    """Trimmed (start, end) spans of the blank-line separated blocks, empty blocks skipped."""
+def paragraph_spans(text: str) -> list[Span]:
+    """Trimmed (start, end) spans of the non-blank lines; the i-th span is paragraph number i + 1."""
     spans: list[Span] = []
-    block_start = 0
-    for sep in _BLANK_LINES.finditer(text):
-        _append_trimmed(text, block_start, sep.start(), spans)
-        block_start = sep.end()
-    _append_trimmed(text, block_start, len(text), spans)
-    return spans
+    line_start = 0
+    while True:
+        line_end = text.find("\n", line_start)
+        if line_end == -1:
+            _append_trimmed(text, line_start, len(text), spans)
+            return spans
+        _append_trimmed(text, line_start, line_end, spans)
+        line_start = line_end + 1
 
 
 def _append_trimmed(text: str, start: int, end: int, out: list[Span]) -> None:

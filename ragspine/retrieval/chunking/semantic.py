@@ -1,6 +1,6 @@
 """Semantic chunking: cut where the meaning of adjacent sentences drifts, inside the character budget.
 
-Same contract as ``chunk_document``: chunk ids ``"{doc_id}#c{seq}"``, locators ``"{prefix}#para{a}-{b}"``
+Same contract as ``chunk_document``: chunk ids ``"{doc_id}#c{seq}"``, locators ``"{prefix}#para{a}[-{b}]"``
 with the same blank-line paragraph numbering, and every chunk's text a contiguous substring of the source.
 
 Rules: paragraphs are blank-line separated blocks; each is split after sentence enders (``。！？；.!?;``,

@@ -8,6 +8,19 @@ from dataclasses import dataclass
 METADATA_FIELDS: tuple[str, ...] = ("topic", "entity", "geography", "period", "language")
 
 
+def para_locator(prefix: str, para_start: int, para_end: int) -> str:
+    """The published locator of paragraphs ``para_start..para_end`` (1-based) of the source ``prefix``:
+    ``"{prefix}#para3"`` for one paragraph, ``"{prefix}#para1-3"`` for a span.
+
+    Raises ``ValueError`` unless ``1 <= para_start <= para_end``.
+    """
+    if not (isinstance(para_start, int) and isinstance(para_end, int) and 1 <= para_start <= para_end):
+        raise ValueError(f"paragraph span must satisfy 1 <= start <= end, got {para_start!r}..{para_end!r}")
+    if para_start == para_end:
+        return f"{prefix}#para{para_start}"
+    return f"{prefix}#para{para_start}-{para_end}"
+
+
 @dataclass(frozen=True)
 class DocumentMeta:
     """Per-document metadata copied onto every chunk of the document."""
@@ -27,8 +40,9 @@ class DocumentMeta:
 class Chunk:
     """One retrievable span. ``text`` is always a contiguous substring of the source document.
 
-    ``chunk_id`` is ``"{doc_id}#c{seq}"``; ``source_locator`` is ``"{prefix}#para{a}-{b}"`` with 1-based
-    paragraph numbers. The parent/window fields are empty for the default chunker.
+    ``chunk_id`` is ``"{doc_id}#c{seq}"``; ``source_locator`` is ``"{prefix}#para{a}"`` for one paragraph
+    and ``"{prefix}#para{a}-{b}"`` for a span, with 1-based paragraph numbers (``para_locator``). The
+    parent/window fields are empty for the default chunker.
     """
 
     chunk_id: str

@@ -8,12 +8,16 @@ leaves the candidate set as the caller's filters made it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter
 from ragspine.settings import OFF, Settings, choice
 
-# field -> canonical value -> surface forms. Kept small and generic; deployments pass their own vocabulary.
+if TYPE_CHECKING:
+    from ragspine.common.company_profile import DomainProfile
+
+# A generic geography/language vocabulary (field -> canonical value -> surface forms), for callers that
+# pass it explicitly; the default vocabulary comes from the domain profile (``profile_vocab``).
 DEFAULT_VOCAB: dict[str, dict[str, list[str]]] = {
     "geography": {
         "CN": ["china", "chinese mainland", "mainland china", "中国", "中国大陆", "内地"],
@@ -26,6 +30,33 @@ DEFAULT_VOCAB: dict[str, dict[str, list[str]]] = {
         "en": ["in english", "英文"],
     },
 }
+
+_LANGUAGE_VOCAB: dict[str, list[str]] = DEFAULT_VOCAB["language"]
+
+
+def profile_vocab(profile: DomainProfile) -> dict[str, dict[str, list[str]]]:
+    """The filterable vocabulary of a domain profile: ``entity`` (home entity synonyms and labels, the
+    home company name, external entities; code -> surface forms in profile order) plus ``language``
+    (``"in chinese"``/``"中文"`` -> ``zh``, ``"in english"``/``"英文"`` -> ``en``)."""
+    entity: dict[str, list[str]] = {}
+    pairs = [
+        (profile.home_company_name, profile.home_entity_code),
+        *profile.home_entity_synonyms.items(),
+        *((label, code) for code, label in profile.home_entity_labels.items()),
+        *profile.external_entities.items(),
+    ]
+    claimed: set[str] = set()
+    for form, code in pairs:
+        form, code = form.strip(), code.strip()
+        if not form or not code or form.lower() in claimed:
+            continue
+        claimed.add(form.lower())
+        entity.setdefault(code, []).append(form)
+    vocab: dict[str, dict[str, list[str]]] = {"language": {k: list(v) for k, v in _LANGUAGE_VOCAB.items()}}
+    if entity:
+        vocab = {"entity": entity, **vocab}
+    return vocab
+
 
 FILTER_EXTRACTOR_CHOICES: tuple[str, ...] = ("none", "controlled_vocab", "vocab")
 
@@ -49,11 +80,27 @@ class ControlledVocabFilterExtractor:
     other scripts match as substrings. Overlapping hits resolve to the longest form ("中国大陆" beats
     "中国"). A field with one canonical hit gives ``eq``, with several gives ``in``; fields are ANDed.
 
-    Raises ``ValueError`` at construction for a malformed vocabulary; ``extract`` never raises.
+    Without ``vocab`` the vocabulary is ``profile_vocab(profile)``: ``profile`` or, when ``None``, the
+    profile named by ``RAGSPINE_COMPANY_CONFIG`` (through ``Settings``), else the built-in default.
+
+    Raises ``ValueError`` at construction for a malformed vocabulary or when both ``vocab`` and
+    ``profile`` are given; ``extract`` never raises.
     """
 
-    def __init__(self, vocab: Mapping[str, Mapping[str, Sequence[str]]] | None = None) -> None:
-        vocab = DEFAULT_VOCAB if vocab is None else vocab
+    def __init__(
+        self,
+        vocab: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+        *,
+        profile: DomainProfile | None = None,
+    ) -> None:
+        if vocab is not None and profile is not None:
+            raise ValueError("give ControlledVocabFilterExtractor a vocab or a profile, not both")
+        if vocab is None:
+            if profile is None:
+                from ragspine.common.company_profile import profile_for
+
+                profile = profile_for()
+            vocab = profile_vocab(profile)
         if not isinstance(vocab, Mapping) or not vocab:
             raise ValueError("vocab must be a non-empty mapping field -> {canonical value: [surface forms]}")
         # (lowered form, field, canonical) in vocabulary order; order breaks ties deterministically.
@@ -123,8 +170,8 @@ def make_filter_extractor(
     ``spec=None`` resolves through ``settings.filter_extractor``, or without ``settings`` through
     ``Settings.from_env().filter_extractor`` (``RAGSPINE_FILTER_EXTRACTOR``). ``"none"`` (or blank,
     ``"off"``) → ``None`` (the default: no extraction); ``"controlled_vocab"``/``"vocab"`` →
-    ``ControlledVocabFilterExtractor(vocab=kwargs.get("vocab"))``. Raises ``ValueError`` listing the
-    choices for an unknown name.
+    ``ControlledVocabFilterExtractor(**kwargs)`` (``vocab=`` or ``profile=``; neither: the profile).
+    Raises ``ValueError`` listing the choices for an unknown name.
     """
     if spec is None:
         spec = (settings or Settings.from_env()).filter_extractor

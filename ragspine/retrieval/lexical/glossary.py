@@ -1,16 +1,18 @@
-"""Glossary-driven multi-query expansion: swap an entity or metric name for its synonyms (zh + en).
+"""Controlled-vocabulary multi-query expansion: a matched term becomes its controlled code, then its synonyms.
 
-Glossary file format (UTF-8 JSON)::
+The vocabulary comes from the domain profile (``ragspine.common.company_profile``; the built-in default or
+the TOML file named by ``RAGSPINE_COMPANY_CONFIG``): every entity code (home and external) and every code
+of a dimension with ``expand = true`` (metric, channel, ...) forms one synonym group, the code first and its
+surface forms after it. A legacy glossary JSON file (``RAGSPINE_GLOSSARY_PATH``) may be given instead::
 
     {
       "entities": {"ACME_CN": ["ACME China", "ACME中国"]},
       "metrics":  {"营收": ["收入", "revenue", "sales"]}
     }
 
-Each section maps a canonical name to a list of aliases; the canonical name and its aliases form one
-synonym group. Both sections are optional, no other top-level key is allowed, and a surface form may
-belong to only one group (compared case-insensitively for ASCII letters). The default glossary ships as
-``ragspine/data/glossary.json``.
+There each section maps a canonical name (used as the code) to a list of aliases; both sections are
+optional, no other top-level key is allowed, and a surface form may belong to only one group (compared
+case-insensitively for ASCII letters). ``ragspine/data/glossary.json`` is a sample of that format.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ragspine.common.company_profile import DomainProfile
 
 GLOSSARY_SECTIONS = ("entities", "metrics")
 _ASCII_ALNUM = re.compile("[A-Za-z0-9]")
@@ -127,31 +133,92 @@ def default_glossary() -> Glossary:
     return Glossary.from_mapping(json.loads(text), source="default glossary")
 
 
+def profile_glossary(profile: DomainProfile) -> Glossary:
+    """The synonym groups of a domain profile: one group per controlled code, the code as its canonical
+    name. Entities (section ``entities``) gather the home entity synonyms, the external entities and the
+    home entity labels; each dimension with ``expand`` set (section = its name) gathers its synonyms and
+    labels. Surface forms keep the profile's order; a form claimed by an earlier group is skipped there
+    after (profiles are validated when loaded, so nothing here raises)."""
+    owner: set[str] = set()
+    order: list[tuple[str, str]] = []  # (section, code) in first-seen order
+    forms: dict[tuple[str, str], list[str]] = {}
+
+    def add(section: str, code: str, form: str) -> None:
+        code, form = code.strip(), form.strip()
+        if not code or not form:
+            return
+        key = (section, code)
+        if key not in forms:
+            forms[key] = []
+            order.append(key)
+            owner.add(_fold(code))
+        if _fold(form) in owner:
+            return
+        owner.add(_fold(form))
+        forms[key].append(form)
+
+    add("entities", profile.home_entity_code, profile.home_company_name)
+    for alias, code in profile.home_entity_synonyms.items():
+        add("entities", code, alias)
+    for code, label in profile.home_entity_labels.items():
+        add("entities", code, label)
+    for alias, code in profile.external_entities.items():
+        add("entities", code, alias)
+    for dim in profile.dimensions:
+        if not dim.expand:
+            continue
+        for alias, code in dim.synonyms.items():
+            add(dim.name, code, alias)
+        for code, label in dim.labels.items():
+            add(dim.name, code, label)
+    groups = tuple(SynonymGroup(section, code, tuple(forms[(section, code)])) for section, code in order)
+    return Glossary(groups=groups)
+
+
 class GlossaryQueryRewriter:
-    """Deterministic, rule-based multi-query expansion from a glossary (no model, no network).
+    """Deterministic, rule-based multi-query expansion from the domain profile (no model, no network).
 
-    ``rewrite(query)`` returns the original query first, then variants in which one matched surface form
-    is replaced by one of its synonyms. Matching scans left to right and takes the longest form at each
-    position; ASCII letters match case-insensitively, and a form that starts or ends with an ASCII letter
-    or digit only matches at a word edge (``sales`` does not match inside ``wholesales``). Variants are
-    produced breadth-first, so with several matched concepts each gets its first synonym before any gets
-    its second: round r takes, for each match in query order, the r-th other form of its group
-    (canonical first, then aliases in file order). Duplicates are dropped and the list is capped at
-    ``max_queries`` (the original included).
+    ``rewrite(query)`` returns the original query first; then, for each matched term in query order, the
+    query with that term replaced by its controlled code (``"营收在香港的表现"`` → ``"REVENUE在香港的表现"``,
+    ``"营收在ACME_HK的表现"``); then variants in which one matched term is replaced by another surface form
+    of the same code. Matching scans left to right and takes the longest form at each position; ASCII
+    terms match case-insensitively on word boundaries (``sales`` does not match inside ``wholesales``),
+    CJK terms as substrings. Synonym variants are produced breadth-first, so with several matched terms
+    each gets its first synonym before any gets its second (forms in profile order). Duplicates are
+    dropped and the list is capped at ``max_queries`` (the original included).
 
-    Raises ``ValueError`` when ``max_queries < 1``; ``rewrite`` raises ``ValueError`` for a non-string.
+    The vocabulary is ``profile`` (``None``: the profile named by ``RAGSPINE_COMPANY_CONFIG`` through
+    ``Settings``, else the built-in default) or, instead, a legacy ``glossary`` whose canonical names act
+    as the codes. Raises ``ValueError`` when ``max_queries < 1`` or both are given; ``rewrite`` raises
+    ``ValueError`` for a non-string.
     """
 
-    def __init__(self, max_queries: int = 5, *, glossary: Glossary | None = None) -> None:
+    def __init__(
+        self,
+        max_queries: int = 5,
+        *,
+        glossary: Glossary | None = None,
+        profile: DomainProfile | None = None,
+    ) -> None:
         if isinstance(max_queries, bool) or not isinstance(max_queries, int) or max_queries < 1:
             raise ValueError(f"max_queries must be an integer >= 1, got {max_queries!r}")
+        if glossary is not None and profile is not None:
+            raise ValueError("give GlossaryQueryRewriter a profile or a glossary, not both")
         self.max_queries = max_queries
-        self.glossary = default_glossary() if glossary is None else glossary
+        if glossary is None:
+            if profile is None:
+                from ragspine.common.company_profile import profile_for
+
+                profile = profile_for()
+            glossary = profile_glossary(profile)
+        self.glossary = glossary
         self._group_of: dict[str, SynonymGroup] = {}
         alternatives: list[str] = []
         forms = [(form, group) for group in self.glossary.groups for form in group.forms]
         # Longest first: regex alternation takes the first alternative that matches at a position.
         for form, group in sorted(forms, key=lambda fg: (-len(fg[0]), fg[0])):
+            if _fold(form) in self._group_of:
+                continue
             self._group_of[_fold(form)] = group
             head = "(?<![A-Za-z0-9])" if _ASCII_ALNUM.match(form[0]) else ""
             tail = "(?![A-Za-z0-9])" if _ASCII_ALNUM.match(form[-1]) else ""
@@ -159,29 +226,34 @@ class GlossaryQueryRewriter:
         self._pattern = re.compile("|".join(alternatives), re.IGNORECASE | re.ASCII) if alternatives else None
 
     def rewrite(self, query: str) -> list[str]:
-        """The original query followed by up to ``max_queries - 1`` synonym variants."""
+        """The original query followed by up to ``max_queries - 1`` code and synonym variants."""
         if not isinstance(query, str):
             raise ValueError(f"rewrite expects a query string, got {type(query).__name__}")
         out = [query]
         if self._pattern is None or self.max_queries == 1:
             return out
-        options: list[tuple[int, int, list[str]]] = []
+        matches: list[tuple[int, int, str, list[str]]] = []  # (start, end, code, synonyms)
         for match in self._pattern.finditer(query):
             surface = _fold(match.group(0))
             group = self._group_of[surface]
-            synonyms = [form for form in group.forms if _fold(form) != surface]
-            options.append((match.start(), match.end(), synonyms))
+            synonyms = [form for form in group.aliases if _fold(form) != surface]
+            matches.append((match.start(), match.end(), group.canonical, synonyms))
         seen = {query}
-        rounds = max((len(syn) for _, _, syn in options), default=0)
-        for r in range(rounds):
-            for start, end, synonyms in options:
-                if r >= len(synonyms):
-                    continue
-                variant = query[:start] + synonyms[r] + query[end:]
-                if variant in seen:
-                    continue
+
+        def emit(start: int, end: int, replacement: str) -> bool:
+            variant = query[:start] + replacement + query[end:]
+            if variant not in seen:
                 seen.add(variant)
                 out.append(variant)
-                if len(out) == self.max_queries:
+            return len(out) >= self.max_queries
+
+        for start, end, code, _ in matches:
+            if _fold(query[start:end]) != _fold(code) and emit(start, end, code):
+                return out
+        rounds = max((len(syn) for *_, syn in matches), default=0)
+        for r in range(rounds):
+            for start, end, _, synonyms in matches:
+                if r < len(synonyms) and emit(start, end, synonyms[r]):
                     return out
         return out
+

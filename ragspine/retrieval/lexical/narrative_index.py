@@ -66,7 +66,9 @@ class NarrativeIndex:
     """The narrative channel's index over one versioned chunk store (one library; SQLite or PostgreSQL).
 
     Default chain: paragraph chunker → versioned store → BM25 (+ dense when an embedding backend is given)
-    → RRF → (optional) rerank of the head. A model ``reranker`` takes precedence over a listwise ``judge``.
+    → RRF → (optional) rerank of the head. A model ``reranker`` takes precedence over a listwise ``judge``;
+    with a judge, ``retrieve`` returns the first ``top_n`` (``rerank_top_n``) results in the judge's order
+    (the judge sees every open candidate; RESTRICTED chunks are never indexed, so they are absent).
     ``persistence_policy`` is accepted for API compatibility; only ``None``/``"memory"`` (vectors cached in
     memory, recomputed after a restart) is supported.
     """

@@ -128,9 +128,9 @@ class OpenAICompatibleProvider:
 class DeterministicProvider:
     """An offline stand-in LLM for tests and laptop mode.
 
-    For a listwise rerank prompt (``build_listwise_prompt``) it answers ``"[i] > [j] > ..."`` ranking the
-    passages by how many distinct query tokens each contains (ties keep the given order). Any other prompt
-    gets an empty reply. Same input, same output, in every process.
+    For a listwise rerank prompt (``build_listwise_prompt``) it answers ``"[i] > [j] > ..."`` (0-based, as
+    the prompt numbers them) ranking the passages by how many distinct query tokens each contains (ties
+    keep the given order). Any other prompt gets an empty reply. Same input, same output, in every process.
     """
 
     def chat(
@@ -145,7 +145,7 @@ class DeterministicProvider:
         query_terms = set(tokenize(query))
         overlap = [len(query_terms & set(tokenize(text))) for text in candidates]
         order = sorted(range(len(candidates)), key=lambda i: (-overlap[i], i))
-        return " > ".join(f"[{i + 1}]" for i in order)
+        return " > ".join(f"[{i}]" for i in order)
 
 
 def make_llm_provider(

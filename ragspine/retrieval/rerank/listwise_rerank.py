@@ -1,24 +1,27 @@
-"""LLM listwise rerank of the head of a ranked list, with RESTRICTED exit #1 and an RRF fallback.
+"""LLM listwise rerank of a ranked list, with RESTRICTED exit #1 and an RRF fallback.
 
 Exit #1: results whose ``chunk.sensitivity`` is RESTRICTED are never shown to the judge and keep their
 exact positions; only the open results are reordered, among the positions the open results held. Any
 judge failure leaves the RRF order untouched. ``listwise_rerank`` never raises.
+
+Numbering is 0-based throughout, as in the published package: the prompt lists candidates as ``[0] ...``,
+``[1] ...``, and a judge answers with indices into the candidate list it was given.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
 
 from ragspine.retrieval.constants import DEFAULT_TOP_N, RESTRICTED_SENSITIVITY, is_restricted
-from ragspine.retrieval.lexical.types import RetrievalResult
 
 __all__ = [
     "RESTRICTED_SENSITIVITY",
     "ListwiseJudge",
     "build_listwise_prompt",
+    "complete_order",
     "is_open_result",
     "listwise_rerank",
     "parse_listwise_prompt",
@@ -27,9 +30,11 @@ __all__ = [
 
 _INSTRUCTION_HEAD = "Rank the passages below by how well they answer the question."
 _INSTRUCTION_TAIL = (
-    "Reply with every passage number exactly once, most relevant first, formatted like [2] > [1] > [3] "
-    "(a JSON list such as [2, 1, 3] is also accepted). Reply with the ranking only."
+    "Passages are numbered from 0. Reply with every passage number exactly once, most relevant first, "
+    "formatted like [2] > [0] > [1] (comma-separated numbers such as 2,0,1 are also accepted). "
+    "Reply with the ranking only."
 )
+_T = TypeVar("_T")
 _PASSAGE_LINE = re.compile(r"^\[(\d+)\] ?(.*)$")
 _JSON_LIST = re.compile(r'\[\s*"?\d+"?(?:\s*,\s*"?\d+"?)+\s*\]')
 _BRACKET_ID = re.compile(r"\[(\d+)\]")
@@ -39,7 +44,8 @@ _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 @runtime_checkable
 class ListwiseJudge(Protocol):
-    """Orders passages for a query: returns a permutation of ``range(len(candidates))``, best first."""
+    """Orders passages for a query: 0-based indices into ``candidates``, best first (ideally a permutation
+    of ``range(len(candidates))``; repeats and out-of-range indices are ignored, missing ones appended)."""
 
     def judge(self, query: str, candidates: list[str]) -> list[int]: ...
 
@@ -50,10 +56,10 @@ def _one_line(text: str) -> str:
 
 
 def build_listwise_prompt(query: str, candidates: Sequence[str]) -> str:
-    """The judge prompt: the question, the passages numbered ``[1]..[n]`` (whitespace collapsed to single
-    spaces, one per line), and a request for a ranking such as ``[2] > [1] > [3]`` or a JSON list."""
+    """The judge prompt: the question, the passages numbered ``[0]..[n-1]`` (whitespace collapsed to single
+    spaces, one per line), and a request for a 0-based ranking such as ``[2] > [0] > [1]``."""
     lines = [_INSTRUCTION_HEAD, "", f"Question: {_one_line(query)}", "", "Passages:"]
-    lines.extend(f"[{i}] {_one_line(text)}" for i, text in enumerate(candidates, start=1))
+    lines.extend(f"[{i}] {_one_line(text)}" for i, text in enumerate(candidates))
     lines.extend(["", _INSTRUCTION_TAIL])
     return "\n".join(lines)
 
@@ -74,7 +80,7 @@ def parse_listwise_prompt(prompt: str) -> tuple[str, list[str]] | None:
         match = _PASSAGE_LINE.match(line)
         if match is None:
             break
-        if int(match.group(1)) != len(candidates) + 1:
+        if int(match.group(1)) != len(candidates):
             return None
         candidates.append(match.group(2))
     return query_line[len("Question: ") :], candidates
@@ -83,11 +89,11 @@ def parse_listwise_prompt(prompt: str) -> tuple[str, list[str]] | None:
 def parse_listwise_response(text: str, n_candidates: int) -> list[int]:
     """Read a judge's ranking into a 0-based permutation of ``range(n_candidates)``.
 
-    Accepts ``"[2] > [1] > [3]"``, ``"2, 1, 3"`` and JSON lists (``[2, 1, 3]``, ``["2", "1"]``) of
-    1-based passage numbers, after dropping any ``<think>...</think>`` block. A JSON-style list wins over
-    bracketed ids, which win over bare numbers. Out-of-range numbers and repeats are ignored; passages the
-    answer leaves out follow in their original order. Unusable input gives the identity permutation.
-    Never raises (a negative ``n_candidates`` gives ``[]``).
+    Accepts ``"2,0,1"``, ``"[2] > [0] > [1]"`` and JSON lists (``[2, 0, 1]``, ``["2", "0"]``) of 0-based
+    passage numbers, after dropping any ``<think>...</think>`` block. A JSON-style list wins over
+    bracketed ids, which win over bare numbers. A repeated index keeps its first place, out-of-range
+    indices are dropped, and passages the answer leaves out follow in their original order. Unusable input
+    gives the identity permutation. Never raises (``n_candidates <= 0`` gives ``[]``).
     """
     n = n_candidates if isinstance(n_candidates, int) and n_candidates > 0 else 0
     numbers: list[int] = []
@@ -100,10 +106,17 @@ def parse_listwise_response(text: str, n_candidates: int) -> list[int]:
             numbers = [int(x) for x in _BRACKET_ID.findall(body)]
         else:
             numbers = [int(x) for x in _BARE_INT.findall(body)]
+    return complete_order(numbers, n)
+
+
+def complete_order(indices: Iterable[object], n: int) -> list[int]:
+    """``indices`` made into a permutation of ``range(n)``: non-integers (bools included), out-of-range
+    indices and repeats are dropped (the first occurrence wins), and missing indices follow in order."""
     order: list[int] = []
     seen: set[int] = set()
-    for number in numbers:
-        index = number - 1
+    for index in indices:
+        if isinstance(index, bool) or not isinstance(index, int):
+            continue
         if 0 <= index < n and index not in seen:
             seen.add(index)
             order.append(index)
@@ -123,39 +136,36 @@ def is_open_result(result: object) -> bool:
     return not is_restricted(sensitivity)
 
 
-def _is_permutation(order: object, n: int) -> bool:
-    if not isinstance(order, list | tuple) or len(order) != n:
-        return False
-    if any(isinstance(i, bool) or not isinstance(i, int) for i in order):
-        return False
-    return sorted(order) == list(range(n))
-
-
 def listwise_rerank(
-    query: str, results: Sequence[RetrievalResult], judge: ListwiseJudge, *, top_n: int = DEFAULT_TOP_N
-) -> list[RetrievalResult]:
-    """Reorder the first ``top_n`` results by ``judge``; return the whole list (same length, tail unchanged).
+    query: str, results: Sequence[_T], judge: ListwiseJudge | None, *, top_n: int = DEFAULT_TOP_N
+) -> list[_T]:
+    """Reorder ``results`` by ``judge`` and return the first ``top_n`` (at most ``top_n`` results).
 
-    RESTRICTED head results are not sent and keep their positions; the open ones are permuted among the
-    remaining head positions. With fewer than two open head results the judge is not called. A judge
-    exception, or an answer that is not a permutation of the open subset, keeps the incoming (RRF) order.
-    ``top_n <= 0`` reranks nothing. Never raises.
+    The judge sees the text of every open result, in order (0-based indices); RESTRICTED results are not
+    sent and keep their positions, and the open ones are placed in the remaining positions in the judge's
+    order. The judge's answer is completed as in ``parse_listwise_response``: repeats and out-of-range
+    indices are dropped and open results it leaves out follow in their incoming order. With no judge, or
+    no open result, the judge is not called and the incoming (RRF) order is kept; a judge exception or an
+    answer that is not a list keeps it too. ``top_n`` that is not a positive integer gives ``[]``.
+    Never raises.
     """
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n <= 0:
+        return []
     ranked = list(results)
-    if not isinstance(top_n, int) or top_n <= 0:
-        return ranked
-    head = ranked[:top_n]
-    open_positions = [i for i, r in enumerate(head) if is_open_result(r)]
-    if len(open_positions) < 2:
-        return ranked
-    open_results = [head[i] for i in open_positions]
+    if judge is None:
+        return ranked[:top_n]
+    open_positions = [i for i, r in enumerate(ranked) if is_open_result(r)]
+    if not open_positions:
+        return ranked[:top_n]
+    open_results = [ranked[i] for i in open_positions]
     try:
-        candidates = [str(r.chunk.text) for r in open_results]
-        order = judge.judge(query, candidates)
+        candidates = [str(r.chunk.text) for r in open_results]  # type: ignore[attr-defined]
+        answer = judge.judge(query, candidates)
+        if not isinstance(answer, list | tuple):
+            return ranked[:top_n]  # not a ranking at all: keep the RRF order
+        order = complete_order(answer, len(open_results))
     except Exception:
-        return ranked  # RRF fallback: the judge is an optional brain, never a point of failure
-    if not _is_permutation(order, len(open_results)):
-        return ranked
+        return ranked[:top_n]  # RRF fallback: the judge is an optional brain, never a point of failure
     for position, index in zip(open_positions, order, strict=True):
         ranked[position] = open_results[index]
-    return ranked
+    return ranked[:top_n]

@@ -18,6 +18,8 @@ from ragspine.retrieval.routing.router import LibraryRouter, RoutableLibrary
 
 log = logging.getLogger(__name__)
 
+LIBRARY_ID_KEY = "library_id"  # the snippet key that carries a fused result's library provenance
+
 
 @runtime_checkable
 class NarrativeRetriever(Protocol):

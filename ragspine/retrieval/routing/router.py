@@ -14,6 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.settings import OFF, Settings, choice
 
+# The environment variable ``make_library_router(None)`` resolves through (``Settings.library_router``).
+LIBRARY_ROUTER_ENV = "RAGSPINE_LIBRARY_ROUTER"
+
 
 @dataclass(frozen=True)
 class RoutableLibrary:

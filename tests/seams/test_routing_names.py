@@ -1,0 +1,41 @@
+"""Published names of the routing seam: the library provenance key and the router's environment variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.chunking.types import DocumentMeta
+from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
+from ragspine.retrieval.routing.multi_index import LIBRARY_ID_KEY, LibraryIndex, MultiIndexRetriever
+from ragspine.retrieval.routing.router import LIBRARY_ROUTER_ENV, KeywordLibraryRouter, make_library_router
+
+
+def _library(tmp_path: Path, library_id: str, text: str) -> LibraryIndex:
+    store = ChunkStore(tmp_path / f"{library_id}.db")
+    store.init_schema()
+    index = NarrativeIndex(store)
+    index.ingest(text, DocumentMeta(f"{library_id}-doc"))
+    return LibraryIndex(library_id, f"{library_id} documents", NarrativeIndexRetriever(index))
+
+
+def test_fused_snippets_carry_their_library_under_the_published_key(tmp_path: Path) -> None:
+    assert LIBRARY_ID_KEY == "library_id"
+    libraries = [_library(tmp_path, "legal", "tariff clause"), _library(tmp_path, "finance", "tariff costs")]
+    out = MultiIndexRetriever(libraries).retrieve("tariff")
+    pairs = {(s[LIBRARY_ID_KEY], s["doc_id"]) for s in out}
+    assert pairs == {("legal", "legal-doc"), ("finance", "finance-doc")}
+
+
+def test_router_env_names_the_variable_the_factory_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LIBRARY_ROUTER_ENV == "RAGSPINE_LIBRARY_ROUTER"
+    monkeypatch.setenv(LIBRARY_ROUTER_ENV, "keyword")
+    assert isinstance(make_library_router(), KeywordLibraryRouter)
+    monkeypatch.setenv(LIBRARY_ROUTER_ENV, "none")
+    assert make_library_router() is None
+    monkeypatch.setenv(LIBRARY_ROUTER_ENV, "bogus")
+    with pytest.raises(ValueError, match="keyword"):
+        make_library_router()
