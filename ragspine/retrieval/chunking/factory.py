@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ragspine.retrieval.chunking.chunker import CHUNKER_NAMES
+from ragspine.retrieval.chunking.chunker import make_chunker as make_named_chunker
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.semantic import SemanticChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
@@ -12,7 +14,7 @@ from ragspine.settings import Settings
 
 ChunkerFn = Callable[..., list[Chunk]]
 
-CHUNKER_CHOICES: tuple[str, ...] = ("default", "semantic")
+CHUNKER_CHOICES: tuple[str, ...] = CHUNKER_NAMES
 
 
 def make_chunker(spec: str | None = None, **kwargs: Any) -> ChunkerFn:
@@ -22,7 +24,10 @@ def make_chunker(spec: str | None = None, **kwargs: Any) -> ChunkerFn:
     ``chunk_document``; ``"semantic"`` -> ``SemanticChunker`` over ``embedding_backend`` from ``kwargs``,
     else ``make_embedding_backend("auto")`` (other kwargs: ``max_chars``, ``breakpoint_percentile``).
     Raises ``ValueError`` listing the choices for an unknown spec, and ``ImportError`` naming the extra
-    when ``"semantic"`` has no backend to embed with.
+    when ``"semantic"`` has no backend to embed with. Any other name (``layout``, ``parent_child``,
+    ``sentence_window``, ``laws``, ``qa``, ``book`` or a ``ragspine.chunkers`` entry point) is built by
+    ``ragspine.retrieval.chunking.chunker.make_chunker`` and returned as its bound ``chunk`` method when it
+    is not callable itself.
     """
     if spec is None:
         spec = Settings.from_env().chunker
@@ -44,7 +49,12 @@ def make_chunker(spec: str | None = None, **kwargs: Any) -> ChunkerFn:
                 "or pass embedding_backend=..."
             )
         return SemanticChunker(backend, **options)
-    raise ValueError(f"unknown chunker {spec!r}; choose one of: {', '.join(CHUNKER_CHOICES)}")
+    if name == "none":
+        raise ValueError("chunker 'none' is not a chunker; use 'default' for the paragraph packer")
+    chunker = make_named_chunker(name, **kwargs)
+    if chunker is None:  # pragma: no cover - only "" / "none" give None, both handled above
+        raise ValueError(f"chunker {spec!r} resolved to no chunker")
+    return chunker if callable(chunker) else chunker.chunk
 
 
 __all__ = ["CHUNKER_CHOICES", "ChunkerFn", "DocumentMeta", "make_chunker"]
