@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -49,10 +50,12 @@ __all__ = [
     "RaptorRetriever",
     "RaptorSummarizer",
     "RaptorTree",
+    "RaptorTreeCache",
     "build_raptor_tree",
     "cluster_by_similarity",
     "make_raptor_retriever",
     "make_raptor_summarizer",
+    "normalize_granularity",
 ]
 
 RAPTOR_ENV = "RAGSPINE_RAPTOR"
@@ -361,6 +364,37 @@ def _embed(embedder: _Embedder, texts: list[str]) -> list[tuple[float, ...]]:
     if len(vectors) != len(texts):
         raise ValueError(f"embedding backend returned {len(vectors)} vectors for {len(texts)} texts")
     return [tuple(float(x) for x in v) for v in vectors]
+
+
+class _ChunkSource(Protocol):
+    def change_seq(self) -> int: ...
+
+    def iter_chunks(self) -> Sequence[Chunk]: ...
+
+
+class RaptorTreeCache:
+    """The tree of one chunk store's active chunks, rebuilt when the store's change log has moved.
+
+    ``build_options`` go to ``build_raptor_tree`` (``summarizer``, ``threshold``, ...). Thread-safe: one
+    rebuild at a time; readers get the latest finished tree.
+    """
+
+    def __init__(self, store: _ChunkSource, *, embedder: _Embedder | None, **build_options: Any) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.build_options = build_options
+        self._lock = threading.Lock()
+        self._seq = -1
+        self._tree = RaptorTree()
+
+    def tree(self) -> RaptorTree:
+        with self._lock:
+            seq = self.store.change_seq()
+            if seq != self._seq:
+                chunks = list(self.store.iter_chunks())
+                self._tree = build_raptor_tree(chunks, embedder=self.embedder, **self.build_options)
+                self._seq = seq
+            return self._tree
 
 
 def summary_snippet(hit: RaptorHit) -> dict[str, object]:

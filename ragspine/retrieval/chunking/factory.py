@@ -33,8 +33,10 @@ def make_chunker(spec: str | None = None, **kwargs: Any) -> ChunkerFn:
         spec = Settings.from_env().chunker
     name = str(spec).strip().lower()
     if name in ("", "default"):
-        if kwargs:
-            raise ValueError(f"the default chunker takes no options, got {sorted(kwargs)}")
+        # ``embedding_backend`` is offered to every chunker by the service; only semantic uses it.
+        unused = sorted(k for k in kwargs if k != "embedding_backend")
+        if unused:
+            raise ValueError(f"the default chunker takes no options, got {unused}")
         return chunk_document
     if name == "semantic":
         options = dict(kwargs)

@@ -123,15 +123,31 @@ class NarrativeIndex:
         return self.retriever.embedding_backend
 
     # ------------------------------------------------------------------ writes
-    def ingest(self, text: str, meta: DocumentMeta, valid_as_of: str = "") -> int:
+    def ingest(
+        self,
+        text: str,
+        meta: DocumentMeta,
+        valid_as_of: str = "",
+        *,
+        chunker: str | Callable[..., list[Chunk]] | None = None,
+    ) -> int:
         """Chunk ``text`` and store it as the new version of ``meta.doc_id``; returns chunks written.
 
-        Returns 0 when the document is unchanged. Raises ``ValueError`` for bad text or metadata; on error
-        the previously stored version stays active.
+        ``chunker`` overrides the index's chunker for this document: a callable, or a name for
+        ``make_chunker`` (``"layout"``, ``"parent_child"``, ...). Returns 0 when the document is unchanged.
+        Raises ``ValueError`` for bad text, metadata or chunker name; on error the previously stored
+        version stays active.
         """
         if not isinstance(meta, DocumentMeta):
             raise ValueError(f"meta must be a DocumentMeta, got {type(meta).__name__}")
-        chunks = self.chunker(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
+        chunk_fn = self.chunker
+        if isinstance(chunker, str) and chunker.strip():
+            from ragspine.retrieval.chunking.factory import make_chunker
+
+            chunk_fn = make_chunker(chunker, embedding_backend=self.embedding_backend)
+        elif callable(chunker):
+            chunk_fn = chunker
+        chunks = chunk_fn(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
         written = self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
         self.sync()
         return written
