@@ -169,11 +169,12 @@ class LayoutAwareChunker:
         start, heading = 0, ""
         for i, (s, e) in enumerate(lines):
             line = text[s:e]
-            if i > start and self._is_heading(line):
+            if not self._is_heading(line):
+                continue
+            if i > start:
                 sections.append((start, i - 1, heading))
                 start = i
-            if i == start and self._is_heading(line):
-                heading = self._heading_label(line)
+            heading = self._heading_label(line)
         sections.append((start, len(lines) - 1, heading))
         # A section that is only its heading line ("第一章 总则" right before "第一条 ...") joins the next
         # one, whose heading becomes the path "outer / inner".
