@@ -421,7 +421,9 @@ class RaptorRetriever:
     """The base retriever's leaves fused (RRF) with the ``summary_top_k`` closest summaries of ``tree``.
 
     ``granularity`` (``"all"``, ``"leaves"``, ``"summaries"``) is the default for ``retrieve``; a call
-    may override it. Raises ``ValueError`` for ``summary_top_k < 1`` or an unknown granularity.
+    may override it. ``base_is_filtered`` says the base applies a filter of its own (bound in, not passed
+    as ``filters``): summaries are then narrowed to the base's results as if ``filters`` had been given.
+    Raises ``ValueError`` for ``summary_top_k < 1`` or an unknown granularity.
     """
 
     def __init__(
@@ -432,6 +434,7 @@ class RaptorRetriever:
         embedder: _Embedder,
         summary_top_k: int = DEFAULT_SUMMARY_TOP_K,
         granularity: str = "all",
+        base_is_filtered: bool = False,
     ) -> None:
         if not isinstance(summary_top_k, int) or isinstance(summary_top_k, bool) or summary_top_k < 1:
             raise ValueError(f"summary_top_k must be a positive integer, got {summary_top_k!r}")
@@ -440,6 +443,7 @@ class RaptorRetriever:
         self.embedder = embedder
         self.summary_top_k = summary_top_k
         self.granularity = normalize_granularity(granularity)
+        self.base_is_filtered = base_is_filtered
 
     def retrieve(
         self,
@@ -455,7 +459,7 @@ class RaptorRetriever:
             return leaves
         leaves = [s for s in leaves if not is_restricted(s.get("sensitivity", ""))]
         hits = self.tree.retrieve(query, self.embedder, top_k=self.summary_top_k, granularity="summaries")
-        if filters:
+        if filters or self.base_is_filtered:
             allowed = {str(s.get("doc_id", "")) for s in leaves}
             hits = tuple(h for h in hits if set(h.node.source_doc_ids) <= allowed)
         summaries = [summary_snippet(h) for h in hits]

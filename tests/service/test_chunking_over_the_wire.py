@@ -103,3 +103,32 @@ def test_unknown_chunker_stores_nothing(make_front) -> None:  # type: ignore[no-
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "documents[1]" in (err.value.details() or "") and "choose one of" in (err.value.details() or "")
     assert front.stub.ListLibraries(pb.ListLibrariesRequest()).libraries[0].chunk_count == before
+
+
+def _summary_sources(front) -> set[str]:  # type: ignore[no-untyped-def]
+    notes = [
+        pb.Document(doc_id=f"note-{i}", text=f"Battery swap note {i}: the battery swap takes two minutes.")
+        for i in (1, 2)
+    ]
+    front.stub.Ingest(pb.IngestRequest(library="lib", documents=notes))
+    only_one = pb.FilterCondition(field="doc_id", op="eq", string_value="note-1")
+    request = pb.RetrieveRequest(query="battery swap", top_k=10, raptor_granularity="all", filters=[only_one])
+    reply = front.stub.Retrieve(request)
+    return {d for s in reply.snippets for d in ([*s.source_doc_ids] if s.is_synthesis else [s.doc_id])}
+
+
+def test_filters_narrow_raptor_summaries_too(make_front) -> None:  # type: ignore[no-untyped-def]
+    assert _summary_sources(make_front()) == {"note-1"}
+
+
+def test_reverse_proof_unnarrowed_summaries_are_caught(make_front, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ragspine.retrieval import raptor
+
+    original = raptor.RaptorRetriever.__init__
+
+    def ignore_filter(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        kwargs["base_is_filtered"] = False
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(raptor.RaptorRetriever, "__init__", ignore_filter)
+    assert _summary_sources(make_front()) == {"note-1", "note-2"}

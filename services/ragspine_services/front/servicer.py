@@ -349,6 +349,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     self._raptor_tree(library),
                     embedder=self._raptor_embedder(library),
                     granularity=granularity,
+                    base_is_filtered=mfilter is not None,
                 )
             indexes.append(LibraryIndex(library.library_id, library.library_id, front))
         with call_deadline(context.time_remaining()):
