@@ -12,8 +12,6 @@ contract compatibility; sentence chunks never overlap.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ragspine.retrieval.chunking.chunking import span_chunk, validate_chunk_args
 from ragspine.retrieval.chunking.layout_chunker import heading_label, is_heading
 from ragspine.retrieval.chunking.spans import hard_cut, line_spans, sentence_spans
@@ -80,12 +78,10 @@ class SentenceWindowChunker:
                 text, meta, 0, lo[0], hi[1], lo[2], hi[2], prefix=prefix
             ).source_locator
             chunk = span_chunk(text, meta, i, start, end, number, number, prefix=prefix)
-            chunks.append(
-                replace(
-                    chunk,
-                    heading=section,
-                    window_text=text[lo[0] : hi[1]],
-                    parent_locator=window_locator,
-                )
-            )
+            fields = vars(chunk) | {
+                "heading": section,
+                "window_text": text[lo[0] : hi[1]],
+                "parent_locator": window_locator,
+            }
+            chunks.append(Chunk(**fields))
         return chunks
