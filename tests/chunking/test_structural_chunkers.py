@@ -395,3 +395,21 @@ def test_helm_example_parent_child_assembles_and_ingests(tmp_path: Any) -> None:
         assert index.ingest(text, meta) > 0
         stored = store.iter_chunks(doc_id=meta.doc_id)
         assert stored and all(c.parent_id and c.window_text and c.parent_locator for c in stored)
+
+
+def test_index_ingest_takes_a_per_document_chunker(tmp_path: Any) -> None:
+    from ragspine.retrieval.chunking.chunk_store import ChunkStore
+    from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+
+    text, meta = FAMILY_SAMPLES["zh_law"]
+    with ChunkStore(tmp_path / "c.db") as store:
+        index = NarrativeIndex(store)
+        assert index.ingest(text, meta, chunker="laws") > 0
+        laws = store.iter_chunks(doc_id=meta.doc_id)
+        assert [c.text for c in laws] == [c.text for c in LawsChunker().chunk(text, meta)]
+        assert index._named_chunker("LAWS") is index._named_chunker("laws")  # built once
+        with pytest.raises(ValueError, match="choose one of"):
+            index.ingest(text, meta, chunker="statutes")
+        assert store.iter_chunks(doc_id=meta.doc_id) == laws  # the stored version is untouched
+        assert index.ingest(text, meta, chunker=chunk_document) > 0
+        assert all(c.parent_id == "" for c in store.iter_chunks(doc_id=meta.doc_id))

@@ -102,6 +102,7 @@ class NarrativeIndex:
         self.filter_extractor = filter_extractor
         self.chunker: Callable[..., list[Chunk]] = chunker if chunker is not None else chunk_document
         self._sync_lock = threading.Lock()
+        self._named_chunkers: dict[str, Callable[..., list[Chunk]]] = {}
         self._doc_chunks: dict[str, list[str]] = {}
         self._seq = store.change_seq()
         chunks = store.iter_chunks()
@@ -142,15 +143,24 @@ class NarrativeIndex:
             raise ValueError(f"meta must be a DocumentMeta, got {type(meta).__name__}")
         chunk_fn = self.chunker
         if isinstance(chunker, str) and chunker.strip():
-            from ragspine.retrieval.chunking.factory import make_chunker
-
-            chunk_fn = make_chunker(chunker, embedding_backend=self.embedding_backend)
+            chunk_fn = self._named_chunker(chunker)
         elif callable(chunker):
             chunk_fn = chunker
         chunks = chunk_fn(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
         written = self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
         self.sync()
         return written
+
+    def _named_chunker(self, name: str) -> Callable[..., list[Chunk]]:
+        """The chunker called ``name``, built once per index (a semantic one loads a model)."""
+        key = name.strip().lower()
+        built = self._named_chunkers.get(key)
+        if built is None:
+            from ragspine.retrieval.chunking.factory import make_chunker
+
+            built = make_chunker(key, embedding_backend=self.embedding_backend)
+            self._named_chunkers[key] = built
+        return built
 
     def ingest_many(
         self,
