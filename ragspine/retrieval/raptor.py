@@ -245,20 +245,21 @@ def cluster_by_similarity(
         return ()
     unit = _unit_rows(embeddings)
     sums = np.zeros_like(unit)  # running sum of member vectors per cluster
+    centroids = np.zeros_like(unit)  # unit-length centroids, row c updated when cluster c grows
     members: list[list[int]] = []
     for i in range(len(ids)):
         k = len(members)
         if k:
-            centroids = sums[:k] / np.maximum(np.linalg.norm(sums[:k], axis=1, keepdims=True), 1e-12)
-            sims = centroids @ unit[i]
-            hits = np.flatnonzero(sims >= threshold - 1e-12)
+            hits = np.flatnonzero(centroids[:k] @ unit[i] >= threshold - 1e-12)
             if hits.size:
                 c = int(hits[0])
                 members[c].append(i)
                 sums[c] += unit[i]
+                centroids[c] = sums[c] / max(float(np.linalg.norm(sums[c])), 1e-12)
                 continue
         members.append([i])
         sums[k] = unit[i]
+        centroids[k] = unit[i]
     return tuple(tuple(ids[i] for i in group) for group in members)
 
 
