@@ -87,6 +87,8 @@ class Settings:
     reranker: str = "none"
     reranker_model: str = ""
     chunker: str = "default"
+    raptor: str = ""  # RAPTOR summaries beside the leaves: "" / none = off, on | all | leaves | summaries
+    raptor_summarizer: str = ""  # extractive (default) | llm | none
     postprocessor: str = ""
     filter_extractor: str = "none"
     library_router: str = "none"

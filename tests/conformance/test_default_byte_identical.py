@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
-from ragspine.retrieval.chunking.factory import make_chunker
+from ragspine.retrieval.chunking.chunker import make_chunker
 from ragspine.retrieval.contextual import make_index_text_fn
 from ragspine.retrieval.filtering.automatic import make_filter_extractor
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.mode import make_retrieval_mode
+from ragspine.retrieval.raptor import make_raptor_retriever
 from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
 from tests.conformance.corpus import QUERIES, make_documents
 
@@ -42,11 +43,15 @@ DEFAULT_SNIPPET_KEYS = {
 
 def _dump(tmp: Path, name: str, **kwargs: Any) -> bytes:
     postprocessor = kwargs.pop("postprocessor", None)
+    expansion = kwargs.pop("expansion", "auto")
+    wrap = kwargs.pop("wrap", None)
     store = ChunkStore(tmp / f"{name}.db")
     store.init_schema()
     index = NarrativeIndex(store, **kwargs)
     index.ingest_many(make_documents(30, seed=3, restricted_every=5))
-    retriever = NarrativeIndexRetriever(index, postprocessor=postprocessor)
+    retriever: Any = NarrativeIndexRetriever(index, postprocessor=postprocessor, expansion=expansion)
+    if wrap is not None:
+        retriever = wrap(retriever)
     out = [retriever.retrieve(q, top_k=20) for q in QUERIES]
     store.close()
     return json.dumps(out, sort_keys=True, ensure_ascii=False).encode()
@@ -76,6 +81,8 @@ def test_unselected_stages_are_byte_identical(tmp_path: Path) -> None:
         "reranker_none": _dump(tmp_path, "rr", reranker=None, judge=None),
         "contextual_none": _dump(tmp_path, "ctx", index_text_fn=make_index_text_fn("none")),
         "chunker_default": _dump(tmp_path, "ch", chunker=make_chunker("default")),
+        "expansion_none": _dump(tmp_path, "exp", expansion="none"),
+        "raptor_none": _dump(tmp_path, "rap", wrap=lambda base: make_raptor_retriever(base, "none")),
     }
     for name, blob in variants.items():
         assert blob == baseline, name
@@ -95,6 +102,7 @@ def test_reverse_proof_changing_stages_are_caught(tmp_path: Path) -> None:
     assert _dump(tmp_path, "pp", postprocessor=_Reverse()) != baseline
     assert _dump(tmp_path, "rw", query_rewriter=_Rewriter(["battery supplier"])) != baseline
     assert _dump(tmp_path, "ctx", index_text_fn=make_index_text_fn("header")) != baseline
+    assert _dump(tmp_path, "lay", chunker=make_chunker("sentence_window")) != baseline
 
 
 def test_bare_install_auto_is_pure_bm25(tmp_path: Path, monkeypatch: Any) -> None:

@@ -113,6 +113,7 @@ class NarrativeIndex:
         self.sensitivity_policy = sensitivity_policy or SensitivityPolicy()
         self.chunker: Callable[..., list[Chunk]] = chunker if chunker is not None else chunk_document
         self._sync_lock = threading.Lock()
+        self._named_chunkers: dict[str, Callable[..., list[Chunk]]] = {}
         self._doc_chunks: dict[str, list[str]] = {}
         self._seq = store.change_seq()
         chunks = store.iter_chunks()
@@ -134,14 +135,28 @@ class NarrativeIndex:
         return self.retriever.embedding_backend
 
     # ------------------------------------------------------------------ writes
-    def ingest(self, text: str, meta: DocumentMeta, valid_as_of: str = "") -> int:
+    def ingest(
+        self,
+        text: str,
+        meta: DocumentMeta,
+        valid_as_of: str = "",
+        *,
+        chunker: str | Callable[..., list[Chunk]] | None = None,
+    ) -> int:
         """Chunk ``text`` and store it as the new version of ``meta.doc_id``; returns chunks written.
 
-        Returns 0 when the document is unchanged. Raises ``ValueError`` for bad text or metadata; on error
-        the previously stored version stays active.
+        ``chunker`` overrides the index's chunker for this document: a callable, or a name for
+        ``make_chunker`` (``"layout"``, ``"parent_child"``, ...). Returns 0 when the document is unchanged.
+        Raises ``ValueError`` for bad text, metadata or chunker name; on error the previously stored
+        version stays active.
         """
         meta = self.labelled(text, meta)
-        chunks = self.chunker(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
+        chunk_fn = self.chunker
+        if isinstance(chunker, str) and chunker.strip():
+            chunk_fn = self._named_chunker(chunker)
+        elif callable(chunker):
+            chunk_fn = chunker
+        chunks = chunk_fn(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
         written = self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
         self.sync()
         return written
@@ -161,6 +176,17 @@ class NarrativeIndex:
         except ValueError as exc:
             raise ValueError(f"document {meta.doc_id!r}: {exc}") from None
         return meta if level == meta.sensitivity else dataclasses.replace(meta, sensitivity=level)
+
+    def _named_chunker(self, name: str) -> Callable[..., list[Chunk]]:
+        """The chunker called ``name``, built once per index (a semantic one loads a model)."""
+        key = name.strip().lower()
+        built = self._named_chunkers.get(key)
+        if built is None:
+            from ragspine.retrieval.chunking.factory import make_chunker
+
+            built = make_chunker(key, embedding_backend=self.embedding_backend)
+            self._named_chunkers[key] = built
+        return built
 
     def ingest_many(
         self,

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.types import METADATA_FIELDS
 from ragspine.retrieval.constants import DEFAULT_TOP_K, RESTRICTED_SENSITIVITY, is_restricted
+from ragspine.retrieval.expansion import ExpansionStore, expand_child_hits, normalize_expansion
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
 from ragspine.retrieval.lexical.hybrid import validate_top_k
@@ -106,10 +107,16 @@ class NarrativeIndexRetriever:
         *,
         retry_without_filters: bool = True,
         postprocessor: SnippetPostprocessor | None = None,
+        expansion: str = "auto",
+        store: ExpansionStore | None = None,
     ) -> None:
         self.index = index
         self.retry_without_filters = retry_without_filters
         self.postprocessor = postprocessor
+        # Child-hit expansion (ragspine.retrieval.expansion): only chunks that carry parent/window fields
+        # (structural chunkers) gain a prompt_text; default chunks pass through untouched.
+        self.expansion = normalize_expansion(expansion)
+        self.store: ExpansionStore | None = store if store is not None else getattr(index, "store", None)
 
     def retrieve(
         self,
@@ -129,9 +136,15 @@ class NarrativeIndexRetriever:
         metadata_filter: MetadataFilter | None = None,
         top_k: int = DEFAULT_TOP_K,
         rerank: bool = True,
+        expansion: str | None = None,
     ) -> SnippetReport:
-        """Like ``retrieve``, plus degraded stages, timings and whether the unfiltered retry ran."""
+        """Like ``retrieve``, plus degraded stages, timings and whether the unfiltered retry ran.
+
+        ``expansion`` overrides the retriever's child-hit expansion for this call (``"auto"``,
+        ``"parent"``, ``"window"``, ``"none"``; ``None`` = the retriever's setting).
+        """
         validate_top_k(top_k)
+        expand = self.expansion if expansion is None else normalize_expansion(expansion)
         keyword, extra = _split_filters(filters)
         if metadata_filter is not None:
             extra = all_of(extra, metadata_filter)
@@ -146,6 +159,8 @@ class NarrativeIndexRetriever:
         t0 = time.perf_counter()
         # RESTRICTED exit #2: dropped before any snippet dict is produced.
         snippets = [to_snippet(r) for r in report.results if not is_restricted(r.chunk.sensitivity)]
+        if expand != "none" and self.store is not None:
+            snippets = expand_child_hits(snippets, self.store, mode=expand)
         if self.postprocessor is not None:
             snippets = self.postprocessor.postprocess(query, snippets)
         timings = dict(report.timings_ms)

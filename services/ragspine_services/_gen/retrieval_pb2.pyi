@@ -100,6 +100,7 @@ class Document(_message.Message):
     VALID_AS_OF_FIELD_NUMBER: _builtins.int
     PAGES_FIELD_NUMBER: _builtins.int
     PAGE_DPI_FIELD_NUMBER: _builtins.int
+    CHUNKER_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Stable identifier; re-ingesting the same id replaces the previous version."""
     title: _builtins.str
@@ -138,6 +139,12 @@ class Document(_message.Message):
     """
     page_dpi: _builtins.int
     """Rendering resolution of `pages` in dots per inch (10-600); 0 = the server default (100)."""
+    chunker: _builtins.str
+    """Chunker for this document: "" = the server's RAGSPINE_CHUNKER; otherwise "default", "layout",
+    "parent_child" (or "small_to_big"), "sentence_window", "semantic", "laws", "qa", "book", or a chunker
+    registered under the ragspine.chunkers entry-point group. Structural chunkers store each child's
+    parent or sentence window so that Retrieve can return it as prompt_text.
+    """
     def __init__(
         self,
         *,
@@ -157,10 +164,11 @@ class Document(_message.Message):
         valid_as_of: _builtins.str = ...,
         pages: _builtins.bool = ...,
         page_dpi: _builtins.int = ...,
+        chunker: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "file", b"file", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "doc_id", b"doc_id", "entity", b"entity", "file", b"file", "filename", b"filename", "geography", b"geography", "language", b"language", "mime_type", b"mime_type", "page_dpi", b"page_dpi", "pages", b"pages", "period", b"period", "sensitivity", b"sensitivity", "source_locator_prefix", b"source_locator_prefix", "text", b"text", "title", b"title", "topic", b"topic", "valid_as_of", b"valid_as_of"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunker", b"chunker", "content", b"content", "doc_id", b"doc_id", "entity", b"entity", "file", b"file", "filename", b"filename", "geography", b"geography", "language", b"language", "mime_type", b"mime_type", "page_dpi", b"page_dpi", "pages", b"pages", "period", b"period", "sensitivity", b"sensitivity", "source_locator_prefix", b"source_locator_prefix", "text", b"text", "title", b"title", "topic", b"topic", "valid_as_of", b"valid_as_of"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "file"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
@@ -442,6 +450,8 @@ class RetrieveRequest(_message.Message):
     TOP_K_FIELD_NUMBER: _builtins.int
     RERANKER_FIELD_NUMBER: _builtins.int
     RERANK_TOP_N_FIELD_NUMBER: _builtins.int
+    EXPANSION_FIELD_NUMBER: _builtins.int
+    RAPTOR_GRANULARITY_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The question text (non-empty)."""
     combine: Global___FilterCombine.ValueType
@@ -454,6 +464,14 @@ class RetrieveRequest(_message.Message):
     """Reranker: "" = server default, "none" = no reranking."""
     rerank_top_n: _builtins.int
     """Number of leading candidates the reranker reorders; 0 = server default (10)."""
+    expansion: _builtins.str
+    """Child-hit expansion: "" or "auto" = a child chunk of a structural chunker brings its parent or
+    sentence window as prompt_text; "parent" or "window" = only that kind; "none" = never.
+    """
+    raptor_granularity: _builtins.str
+    """RAPTOR: "" = off (leaves only, the default); "all" = leaves fused with cluster summaries; "summaries"
+    = summaries only; "leaves" = leaves only. Summaries are is_synthesis snippets and never citable.
+    """
     @_builtins.property
     def libraries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Libraries to search; empty = every library the caller may read."""
@@ -473,10 +491,12 @@ class RetrieveRequest(_message.Message):
         top_k: _builtins.int = ...,
         reranker: _builtins.str = ...,
         rerank_top_n: _builtins.int = ...,
+        expansion: _builtins.str = ...,
+        raptor_granularity: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["combine", b"combine", "filters", b"filters", "libraries", b"libraries", "mode", b"mode", "query", b"query", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["combine", b"combine", "expansion", b"expansion", "filters", b"filters", "libraries", b"libraries", "mode", b"mode", "query", b"query", "raptor_granularity", b"raptor_granularity", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -571,6 +591,9 @@ class Snippet(_message.Message):
     PARENT_LOCATOR_FIELD_NUMBER: _builtins.int
     PROMPT_TEXT_FIELD_NUMBER: _builtins.int
     IS_VISUAL_FIELD_NUMBER: _builtins.int
+    IS_SYNTHESIS_FIELD_NUMBER: _builtins.int
+    SOURCE_DOC_IDS_FIELD_NUMBER: _builtins.int
+    SOURCE_LOCATORS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """The passage; always a contiguous substring of the source document."""
     doc_id: _builtins.str
@@ -605,9 +628,21 @@ class Snippet(_message.Message):
     """Text prepared for a prompt by a postprocessor; empty when none ran."""
     is_visual: _builtins.bool
     """True when the snippet stands for a page image rather than text."""
+    is_synthesis: _builtins.bool
+    """True for a RAPTOR summary: context for a prompt, never a citable fact (doc_id and source_locator are
+    empty; source_doc_ids and source_locators carry the provenance of every passage it summarises).
+    """
     @_builtins.property
     def scores(self) -> Global___Scores:
         """Per-stage scores."""
+
+    @_builtins.property
+    def source_doc_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Documents a synthesis snippet summarises, in order of first appearance."""
+
+    @_builtins.property
+    def source_locators(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Locators of the passages a synthesis snippet summarises."""
 
     def __init__(
         self,
@@ -630,10 +665,13 @@ class Snippet(_message.Message):
         parent_locator: _builtins.str = ...,
         prompt_text: _builtins.str = ...,
         is_visual: _builtins.bool = ...,
+        is_synthesis: _builtins.bool = ...,
+        source_doc_ids: _abc.Iterable[_builtins.str] | None = ...,
+        source_locators: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scores", b"scores"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "doc_id", b"doc_id", "entity", b"entity", "geography", b"geography", "heading", b"heading", "is_visual", b"is_visual", "language", b"language", "library_id", b"library_id", "parent_id", b"parent_id", "parent_locator", b"parent_locator", "period", b"period", "prompt_text", b"prompt_text", "scores", b"scores", "sensitivity", b"sensitivity", "source_locator", b"source_locator", "text", b"text", "title", b"title", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "doc_id", b"doc_id", "entity", b"entity", "geography", b"geography", "heading", b"heading", "is_synthesis", b"is_synthesis", "is_visual", b"is_visual", "language", b"language", "library_id", b"library_id", "parent_id", b"parent_id", "parent_locator", b"parent_locator", "period", b"period", "prompt_text", b"prompt_text", "scores", b"scores", "sensitivity", b"sensitivity", "source_doc_ids", b"source_doc_ids", "source_locator", b"source_locator", "source_locators", b"source_locators", "text", b"text", "title", b"title", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

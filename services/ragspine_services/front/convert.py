@@ -232,7 +232,12 @@ def snippet_message(snippet: Mapping[str, Any]) -> retrieval_pb2.Snippet:
     must have dropped them, so reaching here is a bug that must fail loudly, never leak."""
     if is_restricted(snippet.get("sensitivity", "")):
         raise RuntimeError("a RESTRICTED snippet reached the response converter")
-    message = retrieval_pb2.Snippet(is_visual=bool(snippet.get("is_visual", False)))
+    message = retrieval_pb2.Snippet(
+        is_visual=bool(snippet.get("is_visual", False)),
+        is_synthesis=bool(snippet.get("is_synthesis", False)),
+        source_doc_ids=[str(x) for x in snippet.get("source_doc_ids") or ()],
+        source_locators=[str(x) for x in snippet.get("source_locators") or ()],
+    )
     for key in _SNIPPET_STRINGS:
         setattr(message, key, str(snippet.get(key) or ""))
     scores = snippet.get("scores") or {}

@@ -7,6 +7,7 @@ is opened, so a caller cannot even learn whether a library it may not read exist
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -15,11 +16,15 @@ from typing import Any
 import grpc
 
 import ragspine
+from ragspine.retrieval.chunking.factory import make_chunker
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
+from ragspine.retrieval.expansion import normalize_expansion
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
+from ragspine.retrieval.raptor import RaptorRetriever, RaptorTreeCache, normalize_granularity
 from ragspine.retrieval.routing.multi_index import LibraryIndex, MultiIndexRetriever
+from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
 from ragspine_services.common.auth import WRITE, current_caller
@@ -103,6 +108,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self.default_mode = default_mode
         self.reranker_name = reranker_name
         self.remote_worker = remote_worker
+        self._raptor_trees: dict[str, RaptorTreeCache] = {}
+        self._raptor_lock = threading.Lock()
 
     # ------------------------------------------------------------------ ingest
     @staticmethod
@@ -124,6 +131,11 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             else:
                 text, title = convert.document_text(doc, i)
             meta = convert.document_meta(doc, title, i, text=text, policy=self.catalog.sensitivity_policy)
+            if doc.chunker:
+                try:
+                    make_chunker(doc.chunker)  # the name is checked before anything is written
+                except ValueError as exc:
+                    raise ValueError(f"documents[{i}]: {exc}") from None
             if meta.doc_id in seen:
                 raise ValueError(f"documents[{i}]: doc_id {meta.doc_id!r} appears twice in one request")
             seen.add(meta.doc_id)
@@ -153,7 +165,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             # Pages first: their embedding is the step that can fail (worker down) and it changes nothing
             # stored until it has succeeded.
             pages_indexed = self._ingest_pages(library, meta, doc)
-            written = index.ingest(text, meta, valid_as_of=valid_as_of) if text else 0
+            written = (
+                index.ingest(text, meta, valid_as_of=valid_as_of, chunker=doc.chunker or None) if text else 0
+            )
             results.append(
                 retrieval_pb2.DocumentResult(
                     doc_id=meta.doc_id, chunks_written=written, pages_indexed=pages_indexed
@@ -304,6 +318,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 "RAGSPINE_VISUAL_EMBEDDER"
             )
         lexical = self._lexical(request.mode)
+        expansion = normalize_expansion(request.expansion)
+        granularity = normalize_granularity(request.raptor_granularity) if request.raptor_granularity else ""
         libraries = self._libraries_for(request.libraries)
         visual_snippets: list[dict[str, Any]] | None = None
         visual_degraded: list[str] = []
@@ -328,15 +344,26 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             if request.rerank_top_n:
                 index = _TopN(index, request.rerank_top_n)
             # Typed filters only ever narrow: no unfiltered retry when they match nothing.
-            retriever = NarrativeIndexRetriever(index, retry_without_filters=False)
+            retriever = NarrativeIndexRetriever(
+                index, retry_without_filters=False, expansion=expansion, store=library.store
+            )
             bound.append(_BoundRetriever(retriever, library.library_id, mfilter, rerank))
-            indexes.append(LibraryIndex(library.library_id, library.library_id, bound[-1]))
+            front: Any = bound[-1]
+            if granularity and granularity != "leaves":
+                front = RaptorRetriever(
+                    front,
+                    self._raptor_tree(library),
+                    embedder=self._raptor_embedder(library),
+                    granularity=granularity,
+                    base_is_filtered=mfilter is not None,
+                )
+            indexes.append(LibraryIndex(library.library_id, library.library_id, front))
         with call_deadline(context.time_remaining()):
             if len(bound) == 1:
                 # One library: nothing to fuse across; only the provenance field is added.
                 snippets = [
                     {**s, "library_id": libraries[0].library_id}
-                    for s in bound[0].retrieve(query, top_k=top_k)
+                    for s in indexes[0].retriever.retrieve(query, top_k=top_k)
                 ]
             else:
                 snippets = MultiIndexRetriever(indexes, top_k=top_k).retrieve(query, top_k=top_k)
@@ -348,6 +375,19 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             for stage, ms in b.timings_ms.items():
                 stages[stage] = stages.get(stage, 0.0) + ms
         return self._respond(snippets, degraded, started, stages)
+
+    def _raptor_embedder(self, library: Library) -> Any:
+        # Trees hold RESTRICTED-free chunks only, so their text may go to the library's embedding model.
+        return library.embedding_backend or DeterministicEmbeddingBackend()
+
+    def _raptor_tree(self, library: Library) -> Any:
+        """The library's RAPTOR tree, built on first use and rebuilt after its store changes."""
+        with self._raptor_lock:
+            cache = self._raptor_trees.get(library.library_id)
+            if cache is None:
+                cache = RaptorTreeCache(library.store, embedder=self._raptor_embedder(library))
+                self._raptor_trees[library.library_id] = cache
+        return cache.tree()
 
     def _respond(
         self, snippets: list[dict[str, Any]], degraded: list[str], started: float, stages: dict[str, float]

@@ -1,0 +1,209 @@
+"""Layout-aware chunking: sections start at structural headings; children are packed inside a section.
+
+Rules:
+
+1. Paragraphs are the stripped non-blank lines, numbered from 1 (``spans.line_spans``).
+2. A line for which ``is_heading`` holds starts a new *section*; lines before the first heading form a
+   preamble section with an empty heading. A section longer than the parent budget is split into several
+   parents at line boundaries (a single line longer than the budget is its own parent).
+3. Inside each parent, lines are packed greedily into *children* of at most ``max_chars`` characters with
+   whole-line overlap of at most ``overlap_chars`` (a line longer than ``max_chars`` is split at sentence
+   enders, then hard-cut, with no overlap). Children never cross a parent boundary.
+4. Every child carries ``parent_id`` (``"{doc_id}#p{k}"``, dense from 0), ``heading`` (the section's heading
+   line without markdown ``#`` marks), ``window_text`` (the parent's text: a contiguous substring of the
+   source, used only to build a generation-time ``prompt_text``) and ``parent_locator`` (the parent's
+   ``"{prefix}#para{a}-{b}"``). ``text``, ``chunk_id`` and ``source_locator`` follow the default chunker's
+   format, and ``text`` is always a contiguous substring of the source.
+
+Subclasses change only heading detection (``_is_heading`` / ``_heading_label``) and, for parent/child, the
+two budgets; everything else is inherited.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ragspine.retrieval.chunking.chunking import span_chunk, validate_chunk_args
+from ragspine.retrieval.chunking.spans import Span, line_spans, line_units, pack_units
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+
+__all__ = ["DEFAULT_PARENT_FACTOR", "LayoutAwareChunker", "group_children_by_parent", "is_heading"]
+
+# Parent budget = this many child budgets, unless the chunker is given ``parent_max_chars``.
+DEFAULT_PARENT_FACTOR = 4
+# A heading line is short; body lines that happen to start with a number are not headings.
+_MAX_HEADING_CHARS = 80
+
+CN_NUM = "0-9０-９一二三四五六七八九十百千零〇两"
+_MARKDOWN = re.compile(r"^#{1,6}\s+\S")
+_NUMBERED = re.compile(r"^\d{1,3}(?:\.\d{1,3})*\.?\s+\S")
+_CN_STRUCTURE = re.compile(rf"^第[{CN_NUM}]+[编篇部章节回卷条]")
+_CN_ENUMERATED = re.compile(r"^[一二三四五六七八九十]{1,3}[、．.]\s*\S")
+_EN_STRUCTURE = re.compile(r"^(?:chapter|part|section|article|appendix)\s+[0-9ivxlc]+\b", re.IGNORECASE)
+_ENDS_SENTENCE = re.compile(r"[。！？；.!?;,，:：]$")
+
+
+def is_heading(line: str) -> bool:
+    """True when ``line`` looks like a structural heading.
+
+    Markdown headings (``# ...`` to ``###### ...``) at any length; otherwise short lines (at most 80
+    characters, not ending like a sentence) that are numbered (``1.``, ``2.3 Scope``), Chinese structural
+    (``第三章``, ``第二节``, ``一、``) or English structural (``Chapter 4``, ``Section 2``, ``Article 7``).
+    """
+    s = line.strip()
+    if not s:
+        return False
+    if _MARKDOWN.match(s):
+        return True
+    if len(s) > _MAX_HEADING_CHARS or _ENDS_SENTENCE.search(s):
+        return False
+    return bool(
+        _NUMBERED.match(s) or _CN_STRUCTURE.match(s) or _CN_ENUMERATED.match(s) or _EN_STRUCTURE.match(s)
+    )
+
+
+def heading_label(line: str) -> str:
+    """The heading as stored on a chunk: markdown ``#`` marks removed, at most 80 characters."""
+    return line.strip().lstrip("#").strip()[:_MAX_HEADING_CHARS]
+
+
+def group_children_by_parent(chunks: Sequence[Chunk]) -> dict[str, list[Chunk]]:
+    """``parent_id`` -> its children in input order; chunks without a parent are left out."""
+    groups: dict[str, list[Chunk]] = {}
+    for chunk in chunks:
+        if chunk.parent_id:
+            groups.setdefault(chunk.parent_id, []).append(chunk)
+    return groups
+
+
+class LayoutAwareChunker:
+    """Sections at headings, parents within the parent budget, children within ``max_chars``.
+
+    ``parent_max_chars`` caps a parent's length (default ``4 * max_chars`` of each call). Raises
+    ``ValueError`` for a non-positive ``parent_max_chars``. Callable like ``chunk_document``.
+    """
+
+    name = "layout"
+
+    def __init__(self, *, parent_max_chars: int | None = None) -> None:
+        if parent_max_chars is not None and (
+            not isinstance(parent_max_chars, int)
+            or isinstance(parent_max_chars, bool)
+            or parent_max_chars <= 0
+        ):
+            raise ValueError(f"parent_max_chars must be a positive integer, got {parent_max_chars!r}")
+        self.parent_max_chars = parent_max_chars
+
+    # ------------------------------------------------------------------ what subclasses change
+    def _is_heading(self, line: str) -> bool:
+        return is_heading(line)
+
+    def _heading_label(self, line: str) -> str:
+        return heading_label(line)
+
+    def _budgets(self, max_chars: int, overlap_chars: int) -> tuple[int, int, int]:
+        """(parent budget, child budget, child overlap)."""
+        parent = self.parent_max_chars or DEFAULT_PARENT_FACTOR * max_chars
+        return max(parent, max_chars), max_chars, overlap_chars
+
+    # ------------------------------------------------------------------ the chunker
+    def __call__(
+        self,
+        text: str,
+        meta: DocumentMeta,
+        *,
+        max_chars: int = DEFAULT_CHUNK_CHARS,
+        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
+    ) -> list[Chunk]:
+        return self.chunk(text, meta, max_chars=max_chars, overlap_chars=overlap_chars)
+
+    def chunk(
+        self,
+        text: str,
+        meta: DocumentMeta,
+        *,
+        max_chars: int = DEFAULT_CHUNK_CHARS,
+        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
+    ) -> list[Chunk]:
+        """Chunks of ``text`` (module doc for the rules); ``[]`` for blank text.
+
+        Raises ``ValueError`` like ``chunk_document`` (bad budgets, empty ``doc_id``, non-``str`` text).
+        """
+        validate_chunk_args(text, meta, max_chars, overlap_chars)
+        lines = line_spans(text)
+        if not lines:
+            return []
+        parent_budget, child_budget, child_overlap = self._budgets(max_chars, overlap_chars)
+        prefix = meta.source_locator_prefix or meta.doc_id
+        chunks: list[Chunk] = []
+        parent_no = 0
+        for first, last, heading in self._sections(text, lines):
+            for p_first, p_last in self._parents(lines, first, last, parent_budget):
+                p_start, p_end = lines[p_first][0], lines[p_last][1]
+                parent_locator = span_chunk(
+                    text, meta, 0, p_start, p_end, p_first + 1, p_last + 1, prefix=prefix
+                ).source_locator
+                parent_id = f"{meta.doc_id}#p{parent_no}"
+                parent_no += 1
+                units = line_units(text, lines, p_first, p_last, child_budget)
+                for u_first, u_last in pack_units(units, child_budget, child_overlap):
+                    a, b = units[u_first], units[u_last]
+                    child = span_chunk(text, meta, len(chunks), a.start, b.end, a.line, b.line, prefix=prefix)
+                    # A new Chunk from the fields (dataclasses.replace costs more than the chunking).
+                    fields = vars(child) | {
+                        "parent_id": parent_id,
+                        "heading": heading,
+                        "window_text": text[p_start:p_end],
+                        "parent_locator": parent_locator,
+                    }
+                    chunks.append(Chunk(**fields))
+        return chunks
+
+    def _sections(self, text: str, lines: list[Span]) -> list[tuple[int, int, str]]:
+        """(first line, last line, heading label) per section, 0-based inclusive line indexes."""
+        sections: list[tuple[int, int, str]] = []
+        start, heading = 0, ""
+        for i, (s, e) in enumerate(lines):
+            line = text[s:e]
+            if not self._is_heading(line):
+                continue
+            if i > start:
+                sections.append((start, i - 1, heading))
+                start = i
+            heading = self._heading_label(line)
+        sections.append((start, len(lines) - 1, heading))
+        # A section that is only its heading line ("第一章 总则" right before "第一条 ...") joins the next
+        # one, whose heading becomes the path "outer / inner".
+        merged: list[tuple[int, int, str]] = []
+        pending: tuple[int, str] | None = None
+        for first, last, label in sections:
+            # Only a bare heading (short, not a sentence) waits for its body; a clause line is its own body.
+            heading_only = (
+                first == last
+                and bool(label)
+                and last < len(lines) - 1
+                and is_heading(text[slice(*lines[first])])
+            )
+            if pending is not None:
+                first, label = pending[0], " / ".join(p for p in (pending[1], label) if p)
+                pending = None
+            if heading_only:
+                pending = (first, label)
+                continue
+            merged.append((first, last, label))
+        return merged
+
+    @staticmethod
+    def _parents(lines: list[Span], first: int, last: int, budget: int) -> list[tuple[int, int]]:
+        """Split lines ``first..last`` into runs whose span stays within ``budget`` (a longer line alone)."""
+        runs: list[tuple[int, int]] = []
+        i = first
+        while i <= last:
+            j = i
+            while j + 1 <= last and lines[j + 1][1] - lines[i][0] <= budget:
+                j += 1
+            runs.append((i, j))
+            i = j + 1
+        return runs

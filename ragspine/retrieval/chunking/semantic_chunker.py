@@ -1,0 +1,78 @@
+"""The semantic chunker under its published path and signature.
+
+``SemanticChunker(embedder=None, *, breakpoint_percentile=90.0)`` cuts where the meaning of adjacent
+sentences drifts (``ragspine.retrieval.chunking.semantic`` holds the algorithm). With no ``embedder`` the
+first ``chunk`` call resolves one through ``make_embedding_backend("auto")`` (the packaged ONNX model when
+``ragspine[models]`` is installed); when there is none, ``chunk`` raises ``ImportError`` naming the extra.
+"""
+
+from __future__ import annotations
+
+from ragspine.retrieval.chunking.chunking import validate_chunk_args
+from ragspine.retrieval.chunking.semantic import SemanticChunker as _SemanticSplitter
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+from ragspine.retrieval.lexical.types import EmbeddingBackend as _Embedder
+
+__all__ = ["DEFAULT_BREAKPOINT_PERCENTILE", "SemanticChunker"]
+
+DEFAULT_BREAKPOINT_PERCENTILE = 90.0
+
+
+class SemanticChunker:
+    """Embedding-boundary chunks; same contract as ``chunk_document`` (contiguous text, para locators).
+
+    Raises ``ValueError`` for a ``breakpoint_percentile`` outside 0..100.
+    """
+
+    name = "semantic"
+
+    def __init__(
+        self,
+        embedder: _Embedder | None = None,
+        *,
+        breakpoint_percentile: float = DEFAULT_BREAKPOINT_PERCENTILE,
+    ) -> None:
+        if not 0.0 <= float(breakpoint_percentile) <= 100.0:
+            raise ValueError(f"breakpoint_percentile must lie in 0..100, got {breakpoint_percentile}")
+        self.embedder = embedder
+        self.breakpoint_percentile = float(breakpoint_percentile)
+        self._splitter: _SemanticSplitter | None = None
+
+    def _resolve(self) -> _SemanticSplitter:
+        if self._splitter is None:
+            embedder = self.embedder
+            if embedder is None:
+                from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
+
+                embedder = make_embedding_backend("auto")
+            if embedder is None:
+                raise ImportError(
+                    "the semantic chunker needs an embedding model: pip install 'ragspine[models]' "
+                    "or pass embedder=..."
+                )
+            self.embedder = embedder
+            self._splitter = _SemanticSplitter(embedder, breakpoint_percentile=self.breakpoint_percentile)
+        return self._splitter
+
+    def __call__(
+        self,
+        text: str,
+        meta: DocumentMeta,
+        *,
+        max_chars: int = DEFAULT_CHUNK_CHARS,
+        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
+    ) -> list[Chunk]:
+        return self.chunk(text, meta, max_chars=max_chars, overlap_chars=overlap_chars)
+
+    def chunk(
+        self,
+        text: str,
+        meta: DocumentMeta,
+        *,
+        max_chars: int = DEFAULT_CHUNK_CHARS,
+        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
+    ) -> list[Chunk]:
+        """Chunks of ``text``; ``ValueError`` like ``chunk_document``, ``ImportError`` without a model."""
+        validate_chunk_args(text, meta, max_chars, overlap_chars)
+        return self._resolve()(text, meta, max_chars=max_chars, overlap_chars=overlap_chars)
