@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from ragspine.retrieval.chunking.types import StoredChunk
 from ragspine.retrieval.constants import is_restricted
+from ragspine.settings import is_off
 
 __all__ = [
     "EXPANSION_MODES",
@@ -92,7 +93,7 @@ def expand_child_hits(
     """
     name = normalize_expansion(mode)
     out = [dict(s) for s in snippets if not is_restricted(s.get("sensitivity", ""))]
-    if name == "none" or not any(s.get("parent_locator") for s in out):
+    if is_off(name) or not any(s.get("parent_locator") for s in out):
         return out
     stored = store.get_chunks(
         [str(s["chunk_id"]) for s in out if s.get("parent_locator") and "chunk_id" in s]

@@ -33,6 +33,7 @@ from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.lexical.types import EmbeddingBackend as _Embedder
 from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.settings import OFF, choice, is_off
 
 __all__ = [
     "DEFAULT_MAX_LEVELS",
@@ -486,9 +487,9 @@ def make_raptor_summarizer(
         from ragspine.settings import Settings
 
         spec = Settings.from_env().raptor_summarizer
-    name = str(spec).strip().lower()
-    if name == "none":
+    if str(spec).strip() and is_off(spec):
         return None
+    name = str(spec).strip().lower()
     if name in ("", "extractive", "default"):
         return ExtractiveRaptorSummarizer(**kwargs)
     if name == "llm":
@@ -518,8 +519,8 @@ def make_raptor_retriever(
         from ragspine.settings import Settings
 
         spec = Settings.from_env().raptor
-    name = str(spec).strip().lower()
-    if name in ("", "none", "off", "false", "0"):
+    name = choice(spec)
+    if name in (OFF, "false", "0"):
         return base
     granularity = "all" if name in ("on", "true", "1", "raptor") else normalize_granularity(name)
     if embedder is None:

@@ -37,15 +37,14 @@ META = DocumentMeta(
 
 
 def _paragraph_of(text: str, offset: int) -> int:
-    """1-based number of the blank-line separated block holding ``offset``, counted line by line."""
-    number, previous_blank, position = 0, True, 0
+    """1-based number of the paragraph (non-blank line) holding ``offset``, counted line by line."""
+    number, position = 0, 0
     for line in text.split("\n"):
-        blank = not line.strip()
-        if not blank and previous_blank:
+        if line.strip():
             number += 1
         if position <= offset <= position + len(line):
             return number
-        previous_blank, position = blank, position + len(line) + 1
+        position += len(line) + 1
     return number
 
 
@@ -71,9 +70,9 @@ def test_boundaries_follow_the_change_of_topic() -> None:
     assert_chunk_contract(chunks, DOC, META, 480)
     topics = [[t for t in TOPICS if t in c.text.lower()] for c in chunks]
     assert topics == [["cat"], ["market"], ["light"]]
-    # The market chunk spans the first two paragraphs' boundary: meaning, not layout, decides.
-    assert (chunks[1].para_start, chunks[1].para_end) == (1, 2)
-    assert chunks[2].source_locator == "f.txt#para3"
+    # The market chunk spans a paragraph boundary (lines 2 and 3): meaning, not layout, decides.
+    assert (chunks[1].para_start, chunks[1].para_end) == (2, 3)
+    assert chunks[2].source_locator == "f.txt#para4"
 
 
 def test_budget_wins_over_meaning() -> None:

@@ -21,6 +21,7 @@ from ragspine.retrieval.chunking.semantic_chunker import SemanticChunker
 from ragspine.retrieval.chunking.sentence_window_chunker import SentenceWindowChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+from ragspine.settings import OFF, choice
 
 __all__ = [
     "CHUNKER_ENTRY_POINT_GROUP",
@@ -124,8 +125,8 @@ def make_chunker(spec: str | None = None, **kwargs: Any) -> Chunker | None:
         spec = Settings.from_env().chunker
     if not isinstance(spec, str):
         raise ValueError(f"chunker spec must be a string, got {type(spec).__name__}")
-    name = spec.strip().lower().replace("-", "_")
-    if name in ("", "none"):
+    name = choice(spec).replace("-", "_")
+    if name == OFF:
         return None
     factory: Callable[..., Any] | None = _BUILTINS.get(name)
     if factory is None:

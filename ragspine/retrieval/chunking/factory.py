@@ -10,7 +10,7 @@ from ragspine.retrieval.chunking.chunker import make_chunker as make_named_chunk
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.semantic import SemanticChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
-from ragspine.settings import Settings, choice
+from ragspine.settings import OFF, Settings, choice
 
 ChunkerFn = Callable[..., list[Chunk]]
 
@@ -52,7 +52,7 @@ def make_chunker(spec: str | None = None, *, settings: Settings | None = None, *
                 "or pass embedding_backend=..."
             )
         return SemanticChunker(backend, **options)
-    if name == "none":
+    if name == OFF:
         raise ValueError("chunker 'none' is not a chunker; use 'default' for the paragraph packer")
     chunker = make_named_chunker(name, **kwargs)
     if chunker is None:  # pragma: no cover - only "" / "none" give None, both handled above

@@ -1,9 +1,10 @@
 """Semantic chunking: cut where the meaning of adjacent sentences drifts, inside the character budget.
 
 Same contract as ``chunk_document``: chunk ids ``"{doc_id}#c{seq}"``, locators ``"{prefix}#para{a}[-{b}]"``
-with the same blank-line paragraph numbering, and every chunk's text a contiguous substring of the source.
+with the same paragraph numbering (a paragraph is a stripped non-blank line), and every chunk's text a
+contiguous substring of the source.
 
-Rules: paragraphs are blank-line separated blocks; each is split after sentence enders (``。！？；.!?;``,
+Rules: each paragraph (non-blank line) is split after sentence enders (``。！？；.!?;``,
 closing quotes/brackets staying with their sentence); a sentence longer than ``max_chars`` is hard-cut.
 Adjacent sentences are embedded and their cosine distance computed; a chunk ends where that distance is
 above the ``breakpoint_percentile``-th percentile of the document's distances, or where the next sentence
@@ -18,11 +19,11 @@ import re
 import numpy as np
 
 from ragspine.retrieval.chunking.chunking import span_chunk, validate_chunk_args
+from ragspine.retrieval.chunking.spans import line_spans
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
 from ragspine.retrieval.lexical.types import EmbeddingBackend
 
-_BLANK_LINES = re.compile(r"\n[^\S\n]*\n(?:[^\S\n]*\n)*")
 _SENTENCE_END = re.compile(r"[。！？；.!?;]+[\"'”’」』）)\]]*")
 
 Span = tuple[int, int]
@@ -37,18 +38,9 @@ def _trimmed(text: str, start: int, end: int) -> Span | None:
 
 
 def paragraph_spans(text: str) -> list[Span]:
-    """Trimmed spans of the blank-line separated blocks; the i-th span is paragraph number i + 1."""
-    spans: list[Span] = []
-    start = 0
-    for sep in _BLANK_LINES.finditer(text):
-        span = _trimmed(text, start, sep.start())
-        if span:
-            spans.append(span)
-        start = sep.end()
-    span = _trimmed(text, start, len(text))
-    if span:
-        spans.append(span)
-    return spans
+    """Trimmed spans of the non-blank lines; the i-th span is paragraph number i + 1 (as ``chunk_document``
+    numbers them)."""
+    return line_spans(text)
 
 
 def sentence_units(text: str, max_chars: int) -> list[tuple[int, int, int]]:

@@ -179,5 +179,10 @@ def make_filter_extractor(
     if name == OFF:
         return None
     if name in ("controlled_vocab", "vocab"):
+        if settings is not None and "vocab" not in kwargs and "profile" not in kwargs:
+            from ragspine.common.company_profile import profile_for
+
+            # The profile the given settings name; never the environment behind them.
+            kwargs["profile"] = profile_for(settings.company_config)
         return ControlledVocabFilterExtractor(**kwargs)
     raise ValueError(f"unknown filter extractor {spec!r}; choices: {', '.join(FILTER_EXTRACTOR_CHOICES)}")

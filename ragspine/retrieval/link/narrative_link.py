@@ -26,6 +26,7 @@ from ragspine.retrieval.link.judge import ProviderListwiseJudge
 from ragspine.retrieval.link.providers import LLMProvider
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.retrieval.vector.store import VectorStore
+from ragspine.settings import is_off
 
 __all__ = [
     "RESTRICTED_SENSITIVITY",
@@ -159,7 +160,7 @@ class NarrativeIndexRetriever:
         t0 = time.perf_counter()
         # RESTRICTED exit #2: dropped before any snippet dict is produced.
         snippets = [to_snippet(r) for r in report.results if not is_restricted(r.chunk.sensitivity)]
-        if expand != "none" and self.store is not None:
+        if not is_off(expand) and self.store is not None:
             snippets = expand_child_hits(snippets, self.store, mode=expand)
         if self.postprocessor is not None:
             snippets = self.postprocessor.postprocess(query, snippets)
