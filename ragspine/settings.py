@@ -57,6 +57,11 @@ class Settings:
     store_dsn: str = ""  # postgresql://... selects the PostgreSQL store; empty = SQLite under data_dir
     worker_timeout_s: float = 5.0  # cap per front→worker call; the caller's deadline may cut it shorter
     shutdown_grace_s: float = 10.0  # after SIGTERM, seconds in-flight calls get to finish
+    # Background vector drainer of the front: embedding batches at once (0 = none: queries embed lazily),
+    # passages and approximate tokens per batch (sized so a CPU worker finishes well within its timeout).
+    vector_drain_concurrency: int = 1
+    vector_batch_size: int = 32
+    vector_batch_tokens: int = 4096
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

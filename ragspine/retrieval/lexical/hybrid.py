@@ -544,6 +544,10 @@ class HybridRetriever:
         after the indexed chunks or their vectors changed."""
         if self._dense is None:
             ids = [cid for cid in self._chunks if cid in self._vectors]
+            if not ids:  # nothing embedded yet (the backlog is still being filled)
+                self._dense_ids = []
+                self._dense = (np.zeros((0, 0), dtype=np.float64), {})
+                return self._dense
             matrix = np.asarray([self._vectors[cid] for cid in ids], dtype=np.float64).reshape(len(ids), -1)
             norms = np.linalg.norm(matrix, axis=1, keepdims=True)
             matrix /= np.where(norms == 0.0, 1.0, norms)

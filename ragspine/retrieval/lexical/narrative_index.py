@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
-from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, StoredChunk
 from ragspine.retrieval.constants import (
     DEFAULT_CHUNK_CHARS,
     DEFAULT_OVERLAP_CHARS,
@@ -140,6 +140,7 @@ class NarrativeIndex:
             else None
         )
         self._models: dict[str, str] = {}  # kind -> the model id verified against the store
+        self._model_retry_at: dict[str, float] = {}
         self._claims: dict[str, set[str]] = {DENSE: set(), SPARSE: set()}
         self._claim_lock = threading.Lock()
         self.embedded: dict[str, int] = {DENSE: 0, SPARSE: 0}  # passages this index embedded/encoded
@@ -258,9 +259,13 @@ class NarrativeIndex:
         known = self._models.get(kind)
         if known is not None:
             return known
+        if time.monotonic() < self._model_retry_at.get(kind, 0.0):
+            return None
         try:
             ident = model_id(component)
         except Exception as exc:
+            # Asked again at most every few seconds, so an unreachable worker does not slow every query.
+            self._model_retry_at[kind] = time.monotonic() + 5.0
             log.info("%s model not identified yet (%s); serving stored vectors as recorded", kind, exc)
             return None
         dim = getattr(component, "dim", 0) if kind == DENSE else 0
@@ -309,12 +314,12 @@ class NarrativeIndex:
         self._ledger.put_vectors(kind, model, self._encoded(kind, computed), dim=self._dim(kind, computed))
 
     @staticmethod
-    def _encoded(kind: str, computed: list[tuple[Chunk, object]]) -> list[tuple[str, int, bytes]]:
+    def _encoded(kind: str, computed: Sequence[tuple[Chunk, object]]) -> list[tuple[str, int, bytes]]:
         encode: Callable[[Any], bytes] = encode_dense if kind == DENSE else encode_sparse
         return [(c.chunk_id, int(getattr(c, "version", 1)), encode(value)) for c, value in computed]
 
     @staticmethod
-    def _dim(kind: str, computed: list[tuple[Chunk, object]]) -> int:
+    def _dim(kind: str, computed: Sequence[tuple[Chunk, object]]) -> int:
         if kind != DENSE or not computed:
             return 0
         return len(computed[0][1])  # type: ignore[arg-type]
@@ -358,7 +363,8 @@ class NarrativeIndex:
             with self._claim_lock:
                 exclude = set(self._claims[kind])
             batch = self._ledger.pending_vector_chunks(kind, model, limit=max_items, exclude=exclude)
-            budget, taken = max_tokens, []
+            budget = max_tokens
+            taken: list[StoredChunk] = []
             for chunk in batch:
                 cost = approx_tokens(self.retriever.index_text(chunk))
                 if taken and cost > budget:
@@ -443,6 +449,11 @@ class NarrativeIndex:
         """Like ``retrieve`` but also names degraded stages and reports stage timings."""
         t0 = time.perf_counter()
         self.sync()
+        if self._ledger is not None and len(self._models) < len(self._components()):
+            # Stored vectors were loaded before the model could be identified: verify it before ranking
+            # with them, so a model switched meanwhile never meets the old model's vectors.
+            for kind, component in self._components():
+                self._model(kind, component)
         timings: dict[str, float] = {"sync": (time.perf_counter() - t0) * 1000.0}
         n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
         effective = self._narrow(query, metadata_filter)

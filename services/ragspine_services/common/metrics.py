@@ -18,6 +18,10 @@ DEGRADED = Counter(
     "ragspine_degraded_answers_total", "Answers returned with a skipped stage, by stage.", ["stage"]
 )
 
+PENDING_VECTORS = Gauge(
+    "ragspine_vectors_pending", "Chunks of a library still waiting for their vectors.", ["library"]
+)
+
 _started: set[int] = set()
 
 
