@@ -128,3 +128,49 @@ def test_put_vectors_refuses_a_second_dimension(tmp_path) -> None:
         store.count_pending_vectors("colour", "model-a")
     with pytest.raises(ValueError, match="model id"):
         store.use_vector_model("dense", " ")
+
+
+class CountingSparse:
+    """Term-frequency impacts under a model id; counts the passages it encoded."""
+
+    name = "tf-impacts"
+
+    def __init__(self) -> None:
+        self.passages = 0
+
+    def encode(self, texts: list[str]) -> list[dict[str, float]]:
+        from ragspine.retrieval.lexical.tokenizer import tokenize
+
+        self.passages += len(texts)
+        out = []
+        for text in texts:
+            weights: dict[str, float] = {}
+            for token in tokenize(text):
+                weights[token] = weights.get(token, 0.0) + 1.0
+            out.append(weights)
+        return out
+
+    def encode_queries(self, texts: list[str]) -> list[dict[str, float]]:
+        return [dict.fromkeys(w, 1.0) for w in self.encode(texts)]
+
+
+def test_sparse_impacts_are_kept_and_reloaded(tmp_path) -> None:
+    path = tmp_path / "lib.sqlite"
+    first = CountingSparse()
+    index = NarrativeIndex(ChunkStore(path), sparse_encoder=first, defer_vectors=True)
+    index.ingest_many(DOCS)
+    n = indexable_chunks(index.store)
+    assert index.pending_vectors() == n
+    while index.drain_step(max_items=6):
+        pass
+    assert first.passages == n
+    before = index.retrieve_report("revenue growth", top_k=5, rerank=False)
+    assert not before.partial and any(r.sparse_score for r in before.results)
+    second = CountingSparse()
+    reopened = NarrativeIndex(ChunkStore(path), sparse_encoder=second, defer_vectors=True)
+    after = reopened.retrieve_report("revenue growth", top_k=5, rerank=False)
+    assert second.passages == 1  # the query only
+    assert not after.partial
+    assert [(r.chunk.chunk_id, r.sparse_score) for r in after.results] == [
+        (r.chunk.chunk_id, r.sparse_score) for r in before.results
+    ]
