@@ -7,7 +7,8 @@ resumes from what the store still lacks. A failing model (a worker that is down)
 queries never wait for any of it.
 
 The drainer logs a line per library as it drains (at most every ``log_every_s``) and when the backlog is
-empty, and reports each library's pending count to ``on_progress`` (the front feeds a Prometheus gauge).
+empty, reports each library's pending count to ``on_progress`` and the chunks it embedded to
+``on_embedded`` (the front feeds a Prometheus gauge and counter).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class VectorDrainer:
         max_retry_s: float = 30.0,
         log_every_s: float = 5.0,
         on_progress: Callable[[str, int], None] | None = None,
+        on_embedded: Callable[[str, int], None] | None = None,
     ) -> None:
         if concurrency < 1 or batch_size < 1 or batch_tokens < 1:
             raise ValueError("concurrency, batch_size and batch_tokens must be >= 1")
@@ -63,6 +65,7 @@ class VectorDrainer:
         self.max_retry_s = max_retry_s
         self.log_every_s = log_every_s
         self.on_progress = on_progress
+        self.on_embedded = on_embedded
         self._targets: dict[str, Drainable] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -161,6 +164,8 @@ class VectorDrainer:
             self._failures.pop(name, None)
             self._backoff_until.pop(name, None)
             self.embedded += done
+        if done and self.on_embedded is not None:
+            self.on_embedded(name, done)
         self._report(name, index, done)
         return done
 

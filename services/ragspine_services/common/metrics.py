@@ -22,6 +22,10 @@ PENDING_VECTORS = Gauge(
     "ragspine_vectors_pending", "Chunks of a library still waiting for their vectors.", ["library"]
 )
 
+VECTORS_EMBEDDED = Counter(
+    "ragspine_vectors_embedded_total", "Chunks the background drainer made vectors for.", ["library"]
+)
+
 _started: set[int] = set()
 
 

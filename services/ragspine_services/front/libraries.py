@@ -225,6 +225,7 @@ class LibraryCatalog:
                 batch_size=settings.vector_batch_size,
                 batch_tokens=settings.vector_batch_tokens,
                 on_progress=lambda library_id, n: metrics.PENDING_VECTORS.labels(library_id).set(n),
+                on_embedded=lambda library_id, n: metrics.VECTORS_EMBEDDED.labels(library_id).inc(n),
             ).start()
 
     @property
