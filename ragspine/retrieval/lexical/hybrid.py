@@ -407,7 +407,7 @@ class HybridRetriever:
         if use_dense:
             t2 = time.perf_counter()
             try:
-                if self.lazy_vectors:
+                if self.lazy_vectors and self._dense_pending:
                     self._fill("dense", self._pool(keyword, metadata_filter))
                 qvec = self._query_vector(query)
             except Exception as exc:  # a failing model degrades to lexical-only, never fails the query
@@ -417,7 +417,7 @@ class HybridRetriever:
         if use_sparse:
             t3 = time.perf_counter()
             try:
-                if self.lazy_vectors:
+                if self.lazy_vectors and self._sparse_pending:
                     self._fill("sparse", self._pool(keyword, metadata_filter))
                 assert self.sparse_encoder is not None
                 encode_queries = getattr(self.sparse_encoder, "encode_queries", None)

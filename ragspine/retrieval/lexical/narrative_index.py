@@ -9,6 +9,7 @@ the index lock as one step, so a search never sees a mix of a document's old and
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from ragspine.retrieval.filtering.automatic import FilterExtractor
 
 log = logging.getLogger(__name__)
+_CATCH_UP_EVERY_S = 5.0
 
 
 def approx_tokens(text: str) -> int:
@@ -141,6 +143,8 @@ class NarrativeIndex:
         )
         self._models: dict[str, str] = {}  # kind -> the model id verified against the store
         self._model_retry_at: dict[str, float] = {}
+        self._model_lock = threading.Lock()  # serialises identifying the models (never the index lock)
+        self._caught_up_at: dict[str, float] = {}
         self._claims: dict[str, set[str]] = {DENSE: set(), SPARSE: set()}
         self._claim_lock = threading.Lock()
         self.embedded: dict[str, int] = {DENSE: 0, SPARSE: 0}  # passages this index embedded/encoded
@@ -255,6 +259,14 @@ class NarrativeIndex:
     def _model(self, kind: str, component: object) -> str | None:
         """The model id of ``kind`` once verified against the store's vector space (switching the space
         when the model changed); None while the model cannot be identified (a worker is unreachable)."""
+        assert self._ledger is not None
+        known = self._models.get(kind)
+        if known is not None:
+            return known
+        with self._model_lock:
+            return self._verify_model(kind, component)
+
+    def _verify_model(self, kind: str, component: object) -> str | None:
         assert self._ledger is not None
         known = self._models.get(kind)
         if known is not None:
@@ -397,8 +409,13 @@ class NarrativeIndex:
         return done
 
     def _catch_up(self, kind: str, model: str) -> None:
-        """Install vectors that are in the store but not in memory (written by another process)."""
+        """Install vectors that are in the store but not in memory (written by another process); looked
+        at every few seconds, since counting the backlog scans the library."""
         assert self._ledger is not None
+        now = time.monotonic()
+        if now - self._caught_up_at.get(kind, -math.inf) < _CATCH_UP_EVERY_S:
+            return
+        self._caught_up_at[kind] = now
         missing = self.retriever.pending_ids(kind)
         if missing and len(missing) > self._ledger.count_pending_vectors(kind, model):
             self._install(kind, self._ledger.load_vectors(kind, model, missing))
