@@ -158,7 +158,7 @@ class VectorDrainer:
                 self._failures[name] = failures
                 wait = min(self.max_retry_s, self.retry_s * 2 ** (failures - 1))
                 self._backoff_until[name] = time.monotonic() + wait
-            log.warning("library %s: embedding the backlog failed (%s); retrying in %.0f s", name, exc, wait)
+            log.warning("library %s: embedding the backlog failed (%s); retrying in %.1f s", name, exc, wait)
             return 0
         with self._lock:
             self._failures.pop(name, None)
@@ -194,8 +194,8 @@ class VectorDrainer:
             self._last_log[name] = now
             if pending == 0:
                 self._draining.discard(name)
-        if pending == 0 and was_draining and not done:
-            log.info("library %s: all vectors ready", name)
+        if pending == 0 and (done or was_draining):
+            log.info("library %s: all vectors ready (%d more chunks embedded)", name, count)
         elif done:
             rate = f", {count / since:.0f} passages/s" if since > 0 else ""
             log.info("library %s: vectors for %d more chunks, %d pending%s", name, count, pending, rate)
