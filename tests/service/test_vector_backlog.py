@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from ragspine.retrieval.indexing.ledger import VectorLedgerMixin
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services.worker.servicer import WorkerLimits
 from tests.service.helpers import CountingEmbedding, sample_documents, wait_for
@@ -88,8 +88,8 @@ def test_reverse_proof_backlog_check_catches_a_query_that_embeds(make_front, mak
 def check_restart_serves_hybrid_without_reembedding(make_front, worker: Any, data_dir: Any) -> None:
     """A restarted front answers hybrid at once (not partial, not degraded) and the worker embeds no
     passage for it: only the query text reaches the worker."""
+    seen = len(worker.embedding.seen)  # before the start: loading a library must not embed either
     restarted = make_front(worker_address=worker.address, mode="hybrid", data_dir=data_dir)
-    seen = len(worker.embedding.seen)
     response = restarted.stub.Retrieve(pb.RetrieveRequest(query=QUERY, mode=HYBRID, top_k=3), timeout=5)
     assert not response.degraded
     assert not response.partial and response.pending_vectors == 0, "the restart lost its vectors"
@@ -121,6 +121,14 @@ def test_reverse_proof_restart_check_catches_recomputation(
 ) -> None:
     worker = make_worker()
     _first_life(make_front, worker, tmp_path / "data")
-    monkeypatch.setattr(NarrativeIndex, "_load_persisted", lambda self, chunk_ids: 0)
+    # Broken: vectors treated as a cache, dropped whenever a library is opened (so recomputed).
+    real_use = VectorLedgerMixin.use_vector_model
+
+    def dropping(self: Any, kind: str, model: str, dim: int = 0) -> Any:
+        with self._ledger_tx(write=True) as conn:
+            self._q(conn, "DELETE FROM narrative_vector WHERE kind = ?", (kind,))
+        return real_use(self, kind, model, dim)
+
+    monkeypatch.setattr(VectorLedgerMixin, "use_vector_model", dropping)
     with pytest.raises(AssertionError, match=r"lost its vectors|re-embedded"):
         check_restart_serves_hybrid_without_reembedding(make_front, worker, tmp_path / "data")
