@@ -126,6 +126,11 @@ class Settings:
     fact_store: str = ""  # none | sqlite | sqlite:PATH | postgres | postgresql://...; empty = none
     graph_store: str = ""  # none | memory | networkx; empty = none
     relation_extractor: str = ""  # none | cooccurrence | llm; empty = none
+    # Background vector drainer of the front: embedding batches at once (0 = none: queries embed lazily),
+    # passages and approximate tokens per batch (sized so a CPU worker finishes well within its timeout).
+    vector_drain_concurrency: int = 1
+    vector_batch_size: int = 32
+    vector_batch_tokens: int = 4096
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

@@ -3,6 +3,10 @@
 Folders are walked recursively. A ``manifest.json`` in a folder supplies per-file metadata
 (``{"documents": [{"path", "doc_id", "title", "topic", ..., "sensitivity"}]}``); flags fill in the rest.
 Works on ``--data-dir`` directly, or through a running front with ``--server host:port``.
+
+Ingest returns once the text is stored (searchable lexically at once); vectors are made in the background.
+``--wait`` then shows progress until the library's vectors are ready (a bar on a terminal, a line every
+few seconds otherwise). Without ``--server`` it loads the configured models and fills them in-process.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--page-dpi", type=int, default=0, help="rendering resolution for --pages (10-600; default 100)"
+    )
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="after ingesting, show progress until every chunk has its vectors (hybrid answers complete)",
     )
     parser.set_defaults(func=_run)
 
@@ -108,7 +118,8 @@ def _run(args: argparse.Namespace) -> int:
         token = args.token or os.environ.get("RAGSPINE_TOKEN", "")
         front = RemoteFront(args.server, token=token, timeout_s=3600.0)
     else:
-        front = LocalFront(Settings.from_env(data_dir=args.data_dir), load_models=False)
+        # --wait fills the vectors here, so it needs the models; a plain ingest stores text only.
+        front = LocalFront(Settings.from_env(data_dir=args.data_dir), load_models=bool(args.wait))
     try:
         with tqdm(unit="doc", desc=f"ingest → {args.library}", file=sys.stderr, disable=None) as bar:
 
@@ -118,8 +129,15 @@ def _run(args: argparse.Namespace) -> int:
                     bar.update(1)
 
             response = front.IngestStream(counted())
+        _print_ingested(args, response)
+        if args.wait:
+            wait_for_vectors(front, args.library)
     finally:
         front.close()
+    return 0
+
+
+def _print_ingested(args: argparse.Namespace, response: Any) -> None:
     written = sum(r.chunks_written for r in response.results)
     unchanged = sum(1 for r in response.results if r.chunks_written == 0)
     print(
@@ -129,4 +147,43 @@ def _run(args: argparse.Namespace) -> int:
     pages = sum(r.pages_indexed for r in response.results)
     if pages:
         print(f"{pages} pages rendered and indexed for visual retrieval")
+    pending = sum(r.chunks_pending_vectors for r in response.results)
+    if pending:
+        print(f"{pending} chunks await vectors (searchable lexically now; hybrid fills in as they are made)")
+
+
+def _library_pending(front: Any, library: str) -> int:
+    from ragspine_services._gen import retrieval_pb2
+
+    for entry in front.ListLibraries(retrieval_pb2.ListLibrariesRequest()).libraries:
+        if entry.library_id == library:
+            return int(entry.pending_vectors)
     return 0
+
+
+def wait_for_vectors(
+    front: Any, library: str, *, poll_s: float = 0.5, line_every_s: float = 5.0, stream: Any = None
+) -> None:
+    """Poll the library's backlog until it is empty: a progress bar on a terminal, otherwise a line every
+    ``line_every_s`` seconds (and one at the end)."""
+    from tqdm import tqdm
+
+    out = sys.stderr if stream is None else stream
+    pending = _library_pending(front, library)
+    total = pending
+    tty = bool(getattr(out, "isatty", lambda: False)())
+    started = last_line = time.monotonic()
+    with tqdm(total=total, unit="chunk", desc=f"vectors → {library}", file=out, disable=not tty) as bar:
+        while pending:
+            if not tty and time.monotonic() - last_line >= line_every_s:
+                ready = total - pending
+                print(f"vectors for {library!r}: {ready}/{total} ready, {pending} pending", file=out)
+                last_line = time.monotonic()
+            time.sleep(poll_s)
+            pending = _library_pending(front, library)
+            if pending > total:  # more arrived meanwhile (another writer)
+                total = pending
+                bar.total = total
+            bar.n = total - pending
+            bar.refresh()
+    print(f"vectors for {library!r} ready ({time.monotonic() - started:.1f} s)", file=out)

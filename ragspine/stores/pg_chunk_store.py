@@ -30,6 +30,7 @@ from typing import Any
 from ragspine.common.sensitivity import SENSITIVITY_LEVELS, stored_label
 from ragspine.retrieval.chunking.chunk_store import ChunkStore, report_labels
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
+from ragspine.retrieval.indexing.ledger import VectorLedgerMixin, ledger_ddl
 from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector, redact_dsn, scrub_secret
 
 try:
@@ -197,7 +198,7 @@ def _qmark_to_pyformat(sql: str) -> str:
     return "".join(out)
 
 
-class PgChunkStore:
+class PgChunkStore(VectorLedgerMixin):
     """Versioned PostgreSQL store of chunks with the SQLite ``ChunkStore`` interface.
 
     ``dsn`` is a libpq connection string or URI (``postgresql://user:pass@host:5432/db``). Opening
@@ -215,10 +216,14 @@ class PgChunkStore:
     Differences: text containing NUL characters is refused (PostgreSQL text cannot hold them), and
     ``execute_read`` runs PostgreSQL SQL (``?`` placeholders are accepted and rewritten).
 
+    Vectors: the same ledger as the SQLite store (``ragspine.retrieval.indexing.ledger``), in the schema.
+
     One object may be shared by threads (statements run under a lock). Close it, or use ``with``. When
     the server goes away, the call in flight raises ``psycopg.OperationalError`` (a transaction never
     half-applies) and the next call reconnects.
     """
+
+    _LEDGER_COLUMNS = _COLUMN_NAMES
 
     def __init__(self, dsn: str, *, connect_timeout_s: float = 10.0, schema: str = DEFAULT_SCHEMA) -> None:
         _require_psycopg()
@@ -308,6 +313,19 @@ class PgChunkStore:
                 )
             for statement in _SCHEMA:
                 conn.execute(statement)
+            for statement in ledger_ddl(text='TEXT COLLATE "C"', blob="BYTEA"):
+                conn.execute(statement)
+
+    # ------------------------------------------------------------------ vector ledger
+
+    def _ledger_tx(self, *, write: bool) -> Any:
+        return self._transaction(read_only=not write)
+
+    def _ledger_sql(self, sql: str) -> str:
+        return _qmark_to_pyformat(sql)
+
+    def _ledger_lock(self, conn: Any) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
 
     # ------------------------------------------------------------------ writes
 
@@ -371,6 +389,7 @@ class PgChunkStore:
                 " VALUES (%s, %s, %s, %s) RETURNING seq",
                 (doc_id, version, len(wanted), now),
             ).fetchone()[0]
+            self._drop_superseded_vectors(conn, doc_id, version)
             # Delivered to listeners only when this transaction commits.
             conn.execute("SELECT pg_notify(%s, %s)", (self._channel, str(seq)))
         return len(wanted), int(deactivated)

@@ -41,3 +41,47 @@ def test_filter_syntax(text: str, field: str, op: str, value: object) -> None:
     condition = parse_filter(text)
     got = list(condition.list_value.values) if condition.HasField("list_value") else condition.string_value
     assert (condition.field, condition.op, got) == (field, op, value)
+
+
+def test_ingest_wait_fills_every_vector_and_reports_progress(tmp_path: Path, capsys, monkeypatch) -> None:
+    from ragspine.retrieval.chunking.chunk_store import ChunkStore
+    from ragspine.retrieval.constants import is_restricted
+
+    monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "hybrid")
+    monkeypatch.setenv("RAGSPINE_EMBEDDING", "deterministic")
+    monkeypatch.setenv("RAGSPINE_RERANKER", "none")
+    data = str(tmp_path / "data")
+    assert main(["ingest", str(SAMPLE), "--library", "demo", "--data-dir", data, "--wait"]) == 0
+    err = capsys.readouterr().err
+    assert "vectors for 'demo' ready" in err
+    with ChunkStore(tmp_path / "data" / "libraries" / "demo.sqlite") as store:
+        space = store.vector_space("dense")
+        assert space is not None and space.model == "deterministic"
+        indexable = sum(1 for c in store.iter_chunks() if not is_restricted(c.sensitivity))
+        assert store.count_pending_vectors("dense", space.model) == 0
+        assert store.count_vectors("dense") == indexable > 0
+
+
+def test_wait_for_vectors_prints_lines_when_not_a_terminal() -> None:
+    import io
+
+    from ragspine.cli.ingest_cmd import wait_for_vectors
+    from ragspine_services._gen import retrieval_pb2
+
+    class Draining:
+        """A front whose backlog shrinks by two chunks per ListLibraries call."""
+
+        def __init__(self) -> None:
+            self.pending = 6
+
+        def ListLibraries(self, request: object) -> retrieval_pb2.ListLibrariesResponse:
+            library = retrieval_pb2.Library(library_id="lib", pending_vectors=self.pending)
+            self.pending = max(0, self.pending - 2)
+            return retrieval_pb2.ListLibrariesResponse(libraries=[library])
+
+    out = io.StringIO()
+    wait_for_vectors(Draining(), "lib", poll_s=0.0, line_every_s=0.0, stream=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "vectors for 'lib': 0/6 ready, 6 pending"
+    assert "vectors for 'lib': 4/6 ready, 2 pending" in lines
+    assert lines[-1].startswith("vectors for 'lib' ready")

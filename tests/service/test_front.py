@@ -232,7 +232,8 @@ def test_overloaded_worker_gives_resource_exhausted_there_and_degraded_here(make
 
     gated = GatedEmbedding()
     worker = make_worker(gated, WorkerLimits(max_queue=1, max_concurrent=1))
-    front = make_front(worker_address=worker.address, mode="hybrid")
+    # No background drainer: this test fills the worker's one slot and one queue place itself.
+    front = make_front(worker_address=worker.address, mode="hybrid", vector_drain_concurrency=0)
     _ingest_sample(front)
     client = WorkerClient(worker.address, token="svc-token", timeout_s=10)
     busy = [threading.Thread(target=client.embed, args=([t],), kwargs={"query": False}) for t in ("a", "b")]

@@ -32,6 +32,7 @@ from ragspine.common.sensitivity import (
     stored_label,
 )
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
+from ragspine.retrieval.indexing.ledger import VectorLedgerMixin, ledger_ddl
 
 __all__ = ["ChunkStore", "StoredChunk"]
 
@@ -170,7 +171,7 @@ def _batches(items: Sequence[str]) -> Iterator[Sequence[str]]:
         yield items[i : i + _IN_BATCH]
 
 
-class ChunkStore:
+class ChunkStore(VectorLedgerMixin):
     """Versioned SQLite store of chunks. ``db_path`` is a file path (str or Path) or ``":memory:"``.
 
     Opening validates the file and brings its schema up to date (creating tables, or adding missing
@@ -180,7 +181,12 @@ class ChunkStore:
 
     One object may be shared by threads: every statement runs under an internal lock. Several objects
     (threads or processes) may open the same file at once. Use as a context manager or call ``close()``.
+
+    The file also keeps each chunk version's dense vector and SPLADE impacts (``narrative_vector``, see
+    ``ragspine.retrieval.indexing.ledger``); files made before it gain the tables when opened.
     """
+
+    _LEDGER_COLUMNS = _COLUMN_NAMES
 
     def __init__(self, db_path: str | PathLike[str]) -> None:
         path = str(db_path)
@@ -318,6 +324,11 @@ class ChunkStore:
             conn.execute(f"CREATE TABLE IF NOT EXISTS {_LOG} ({log_cols})")
             for statement in _SCHEMA_INDEXES:
                 conn.execute(statement)
+            for statement in ledger_ddl(text="TEXT", blob="BLOB"):
+                conn.execute(statement)
+
+    def _ledger_tx(self, *, write: bool) -> Any:
+        return self._transaction("IMMEDIATE" if write else "DEFERRED")
 
     @staticmethod
     def _create_table_sql(name: str, extra: Iterable[tuple[str, str]]) -> str:
@@ -405,6 +416,7 @@ class ChunkStore:
             ).rowcount
             now = _utc_now()
             conn.executemany(_INSERT, ((*values, now, version, 1) for values in wanted.values()))
+            self._drop_superseded_vectors(conn, doc_id, version)
             conn.execute(
                 f"INSERT INTO {_LOG} (doc_id, version, n_chunks, changed_at) VALUES (?, ?, ?, ?)",
                 (doc_id, version, len(wanted), now),

@@ -14,8 +14,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SearchReport:
-    """What one search produced, plus the stages that failed and were skipped (``degraded``)."""
+    """What one search produced, plus the stages that failed and were skipped (``degraded``).
+
+    ``partial`` is set when some candidate chunks had no dense vector / sparse encoding yet (the backlog
+    is still being filled): those chunks were ranked by the lexical channel only; ``pending`` counts them.
+    """
 
     results: list[RetrievalResult]
     degraded: list[str] = field(default_factory=list)
@@ -50,6 +55,12 @@ class SearchReport:
     errors: dict[str, str] = field(default_factory=dict)
     # Channels left out for this query because their model does not read its language (not a failure).
     skipped: list[str] = field(default_factory=list)
+    partial: bool = False
+    pending: int = 0
+
+
+# Called with (kind, [(chunk, vector or sparse weights)]) after the retriever computed vectors itself.
+VectorSink = Callable[[str, list[tuple[Chunk, object]]], None]
 
 
 def validate_query(query: object) -> str:
@@ -73,11 +84,17 @@ class HybridRetriever:
     ``search`` applies the metadata pre-filter before any scoring or embedding, ranks candidates by Okapi
     BM25 (statistics over the surviving candidates, exactly as ``bm25_scores`` would compute them) and,
     with an ``embedding_backend``, by cosine similarity; the rankings of every query variant are fused by
-    RRF and ties broken by (-fused score, chunk_id). Chunk vectors are computed lazily, only for surviving
-    candidates, and cached by chunk_id (in ``embedding_cache`` when given).
+    RRF and ties broken by (-fused score, chunk_id).
+
+    Chunk vectors: with ``lazy_vectors`` (the default) a search first computes the missing vectors of its
+    surviving candidates (cached by chunk_id, in ``embedding_cache`` when given, and handed to
+    ``vector_sink`` so an owner can persist them). With ``lazy_vectors=False`` a search never embeds a
+    passage: vectors arrive through ``set_vectors`` / ``set_sparse`` (loaded from the store, or filled
+    by a background drainer), chunks still without one are ranked by the lexical channel only, and the
+    report says ``partial`` with the ``pending`` count.
 
     Writes (``add_chunks``/``remove_chunks``) and searches may come from different threads; they are
-    serialised by an internal lock.
+    serialised by an internal lock, which is never held across a model call.
     """
 
     def __init__(
@@ -95,6 +112,9 @@ class HybridRetriever:
         manage_vectors: bool = True,
         index_text_fn: IndexTextFn | None = None,
         sparse_encoder: SparseEncoder | None = None,
+        lazy_vectors: bool = True,
+        vector_sink: VectorSink | None = None,
+        vector_round_trip: Callable[[Sequence[float]], list[float]] | None = None,
     ) -> None:
         if rrf_k <= 0:
             raise ValueError(f"rrf_k must be positive, got {rrf_k!r}")
@@ -106,18 +126,22 @@ class HybridRetriever:
         self.manage_vectors = manage_vectors
         self.index_text_fn = index_text_fn
         self.sparse_encoder = sparse_encoder
+        self.lazy_vectors = lazy_vectors
+        self.vector_sink = vector_sink
+        # Applied to vectors computed here so they rank exactly as they will after a reload from the store.
+        self.vector_round_trip = vector_round_trip
         self._lock = threading.RLock()
         self._lex = InvertedIndex(k1=k1, b=b)
         self._chunks: dict[str, Chunk] = {}
         # field -> value -> chunk ids; makes the keyword pre-filter (topic=..., entity=...) a set lookup.
         self._by_field: dict[str, dict[str, set[str]]] = {f: {} for f in METADATA_FIELDS}
         self._vectors: MutableMapping[str, list[float]] = {} if embedding_cache is None else embedding_cache
-        # Learned-sparse first stage: documents are encoded when added; any the encoder failed on wait in
-        # ``_sparse_pending`` and are retried before the next sparse search.
+        # Indexed chunks still without a dense vector / a sparse encoding.
+        self._dense_pending: set[str] = set()
+        self._sparse_pending: set[str] = set()
         self._dense: tuple[np.ndarray, dict[str, int]] | None = None
         self._dense_ids: list[str] = []
         self._sparse = ImpactIndex()
-        self._sparse_pending: set[str] = set()
         self.add_chunks(chunks)
 
     # ------------------------------------------------------------------ maintenance
@@ -134,7 +158,8 @@ class HybridRetriever:
     def add_chunks(self, chunks: Iterable[Chunk]) -> int:
         """Index ``chunks`` (replacing any with the same chunk_id); RESTRICTED ones are skipped.
 
-        Returns the number of chunks indexed.
+        Returns the number of chunks indexed. Their vectors are computed later (lazily, or by whoever
+        calls ``set_vectors``), never here, so a write never waits on a model.
         """
         batch: list[Chunk] = []
         for chunk in chunks:
@@ -152,24 +177,11 @@ class HybridRetriever:
                 self._chunks[c.chunk_id] = c
                 for f in METADATA_FIELDS:
                     self._by_field[f].setdefault(getattr(c, f), set()).add(c.chunk_id)
+            if self.embedding_backend is not None:
+                self._dense_pending.update(c.chunk_id for c in batch if c.chunk_id not in self._vectors)
             if self.sparse_encoder is not None:
                 self._sparse_pending.update(c.chunk_id for c in batch)
-                try:
-                    self._encode_pending_sparse()
-                except Exception as exc:  # the store already holds the chunks; retried at query time
-                    log.warning("sparse encoding of %d chunks failed (%s); will retry", len(batch), exc)
         return len(batch)
-
-    def _encode_pending_sparse(self) -> None:
-        assert self.sparse_encoder is not None
-        pending = sorted(self._sparse_pending)
-        if not pending:
-            return
-        weights = self.sparse_encoder.encode([self.index_text(self._chunks[cid]) for cid in pending])
-        if len(weights) != len(pending):
-            raise RuntimeError(f"sparse encoder returned {len(weights)} maps for {len(pending)} texts")
-        self._sparse.add_many(zip(pending, weights, strict=True))
-        self._sparse_pending.clear()
 
     def remove_chunks(self, chunk_ids: Iterable[str]) -> int:
         """Drop chunks from every index (unknown ids are ignored). Returns how many were removed."""
@@ -189,6 +201,7 @@ class HybridRetriever:
         self._sparse.remove_many(ids)
         self._dense = None
         self._sparse_pending.difference_update(ids)
+        self._dense_pending.difference_update(ids)
         for cid in ids:
             chunk = self._chunks.pop(cid)
             for f in METADATA_FIELDS:
@@ -201,6 +214,128 @@ class HybridRetriever:
         if self.vector_store is not None and self.manage_vectors:
             self.vector_store.delete(where={"id": list(ids)})
         return len(ids)
+
+    # ------------------------------------------------------------------ vectors from outside
+    def chunk(self, chunk_id: str) -> Chunk | None:
+        """The indexed chunk with this id, or None."""
+        with self._lock:
+            return self._chunks.get(chunk_id)
+
+    def pending_ids(self, kind: str = "dense") -> list[str]:
+        """Indexed chunks still without a ``"dense"`` vector or ``"sparse"`` encoding, sorted."""
+        with self._lock:
+            return sorted(self._dense_pending if kind == "dense" else self._sparse_pending)
+
+    def is_pending(self, chunk_id: str) -> bool:
+        """True while the indexed chunk lacks a vector of a configured channel."""
+        with self._lock:
+            return chunk_id in self._dense_pending or chunk_id in self._sparse_pending
+
+    def clear_vectors(self, kind: str) -> None:
+        """Forget every ``"dense"`` vector or ``"sparse"`` encoding (the model changed): all pending again."""
+        with self._lock:
+            if kind == "dense":
+                if self.vector_store is not None and self.manage_vectors and self._chunks:
+                    self.vector_store.delete(where={"id": list(self._chunks)})
+                self._vectors.clear()
+                self._dense = None
+                if self.embedding_backend is not None:
+                    self._dense_pending = set(self._chunks)
+            else:
+                self._sparse.remove_many(list(self._chunks))
+                if self.sparse_encoder is not None:
+                    self._sparse_pending = set(self._chunks)
+
+    def pending_count(self) -> int:
+        """Indexed chunks missing a vector of any configured channel."""
+        with self._lock:
+            return len(self._dense_pending | self._sparse_pending)
+
+    @staticmethod
+    def _same_version(chunk: Chunk, version: int | None) -> bool:
+        return version is None or getattr(chunk, "version", version) == version
+
+    def set_vectors(self, items: Iterable[tuple[str, int | None, Sequence[float]]]) -> int:
+        """Install dense vectors ``(chunk_id, version or None, vector)``; returns how many were installed.
+
+        A vector is ignored unless its chunk is indexed at that version (a replaced version never
+        gets one). Takes the lock only to install: no model call is made here.
+        """
+        with self._lock:
+            fresh = [
+                (cid, list(vec))
+                for cid, version, vec in items
+                if cid in self._chunks and self._same_version(self._chunks[cid], version)
+            ]
+            for cid, vec in fresh:
+                self._vectors[cid] = vec
+                self._dense_pending.discard(cid)
+            if fresh:
+                self._dense = None
+                if self.vector_store is not None and self.manage_vectors:
+                    self.vector_store.upsert(
+                        [
+                            VectorRecord(id=cid, vector=vec, metadata={"doc_id": self._chunks[cid].doc_id})
+                            for cid, vec in fresh
+                        ]
+                    )
+            return len(fresh)
+
+    def set_sparse(self, items: Iterable[tuple[str, int | None, Mapping[str, float]]]) -> int:
+        """Install sparse encodings ``(chunk_id, version or None, weights)``; like ``set_vectors``."""
+        with self._lock:
+            fresh = [
+                (cid, dict(weights))
+                for cid, version, weights in items
+                if cid in self._chunks and self._same_version(self._chunks[cid], version)
+            ]
+            if fresh:
+                self._sparse.add_many(fresh)
+                self._sparse_pending.difference_update(cid for cid, _ in fresh)
+            return len(fresh)
+
+    def _fill(self, kind: str, pool: list[str] | None) -> None:
+        """Compute the missing vectors (``kind``) of ``pool`` (None = every chunk) with no lock held."""
+        with self._lock:
+            pending = self._dense_pending if kind == "dense" else self._sparse_pending
+            ids = sorted(pending) if pool is None else [cid for cid in pool if cid in pending]
+            todo = [(cid, self._chunks[cid]) for cid in ids]
+        if not todo:
+            return
+        texts = [self.index_text(chunk) for _, chunk in todo]
+        if kind == "dense":
+            assert self.embedding_backend is not None
+            out: Sequence[Any] = self.embedding_backend.embed_texts(texts)
+        else:
+            assert self.sparse_encoder is not None
+            out = self.sparse_encoder.encode(texts)
+        if len(out) != len(todo):
+            what = "vectors" if kind == "dense" else "maps"
+            raise RuntimeError(f"{kind} model returned {len(out)} {what} for {len(todo)} texts")
+        items = [
+            (cid, getattr(chunk, "version", None), value)
+            for (cid, chunk), value in zip(todo, out, strict=True)
+        ]
+        if kind == "dense":
+            if self.vector_round_trip is not None:
+                items = [(cid, version, self.vector_round_trip(vec)) for cid, version, vec in items]
+            self.set_vectors(items)
+        else:
+            self.set_sparse(items)
+        if self.vector_sink is not None:
+            try:
+                self.vector_sink(kind, [(chunk, value) for (_, chunk), value in zip(todo, out, strict=True)])
+            except Exception as exc:  # keeping a copy is best effort; the vectors are in memory already
+                log.warning("could not keep %d %s vectors: %s", len(todo), kind, exc)
+
+    def warm(self) -> None:
+        """Compute every indexed chunk's vector and sparse encoding now rather than on the first query.
+
+        Raises what the backend raises (the chunks stay indexed; queries retry the missing ones)."""
+        if self.embedding_backend is not None:
+            self._fill("dense", None)
+        if self.sparse_encoder is not None:
+            self._fill("sparse", None)
 
     # ------------------------------------------------------------------ search
     def search(
@@ -258,9 +393,43 @@ class HybridRetriever:
         report = SearchReport(results=[])
         t0 = time.perf_counter()
         variants = self._variants(query)
+        language = query_language(query)
+        use_dense = self.embedding_backend is not None and reads_language(self.embedding_backend, language)
+        use_sparse = self.sparse_encoder is not None and reads_language(self.sparse_encoder, language)
+        if self.embedding_backend is not None and not use_dense:
+            report.skipped.append(f"embedding (model does not read {language})")
+        if self.sparse_encoder is not None and not use_sparse:
+            report.skipped.append(f"sparse (model does not read {language})")
+        # Every model call happens before the lock is taken: a slow model never queues other searches.
+        dense_ms = sparse_ms = 0.0
+        qvec: np.ndarray | None = None
+        qsparse: Mapping[str, float] | None = None
+        if use_dense:
+            t2 = time.perf_counter()
+            try:
+                if self.lazy_vectors and self._dense_pending:
+                    self._fill("dense", self._pool(keyword, metadata_filter))
+                qvec = self._query_vector(query)
+            except Exception as exc:  # a failing model degrades to lexical-only, never fails the query
+                report.degraded.append("embedding")
+                report.errors["embedding"] = f"{type(exc).__name__}: {exc}"
+            dense_ms = (time.perf_counter() - t2) * 1000.0
+        if use_sparse:
+            t3 = time.perf_counter()
+            try:
+                if self.lazy_vectors and self._sparse_pending:
+                    self._fill("sparse", self._pool(keyword, metadata_filter))
+                assert self.sparse_encoder is not None
+                encode_queries = getattr(self.sparse_encoder, "encode_queries", None)
+                qsparse = (encode_queries or self.sparse_encoder.encode)([query])[0]
+            except Exception as exc:  # like the dense channel: degrade, never fail the query
+                report.degraded.append("sparse")
+                report.errors["sparse"] = f"{type(exc).__name__}: {exc}"
+            sparse_ms = (time.perf_counter() - t3) * 1000.0
         with self._lock:
+            t_filter = time.perf_counter()
             candidates = self._candidates(keyword, metadata_filter)
-            report.timings_ms["filter"] = (time.perf_counter() - t0) * 1000.0
+            report.timings_ms["filter"] = (time.perf_counter() - t_filter) * 1000.0
             if candidates is not None and not candidates:
                 return report
             allowed = None if candidates is None else self._lex.mask(candidates)
@@ -275,36 +444,31 @@ class HybridRetriever:
                         bm25[cid] = score
             report.timings_ms["lexical"] = (time.perf_counter() - t1) * 1000.0
             vector: dict[str, float] = {}
-            language = query_language(query)
-            if self.embedding_backend is not None and not reads_language(self.embedding_backend, language):
-                report.skipped.append(f"embedding (model does not read {language})")
-            elif self.embedding_backend is not None:
+            if use_dense:
                 t2 = time.perf_counter()
-                try:
-                    vector_hits = self._vector_ranking(query, candidates, k)
-                except Exception as exc:  # a failing model degrades to lexical-only, never fails the query
-                    report.degraded.append("embedding")
-                    report.errors["embedding"] = f"{type(exc).__name__}: {exc}"
-                else:
-                    rankings.append([cid for cid, _ in vector_hits])
-                    vector = dict(vector_hits)
-                report.timings_ms["vector"] = (time.perf_counter() - t2) * 1000.0
+                if qvec is not None:
+                    try:
+                        vector_hits = self._vector_ranking(qvec, candidates, k)
+                    except Exception as exc:
+                        report.degraded.append("embedding")
+                        report.errors["embedding"] = f"{type(exc).__name__}: {exc}"
+                    else:
+                        rankings.append([cid for cid, _ in vector_hits])
+                        vector = dict(vector_hits)
+                report.timings_ms["vector"] = dense_ms + (time.perf_counter() - t2) * 1000.0
             sparse: dict[str, float] | None = None
-            if self.sparse_encoder is not None and not reads_language(self.sparse_encoder, language):
-                report.skipped.append(f"sparse (model does not read {language})")
+            if self.sparse_encoder is not None:
                 sparse = {}
-            elif self.sparse_encoder is not None:
+            if use_sparse:
                 t3 = time.perf_counter()
-                try:
-                    sparse_hits = self._sparse_ranking(query, candidates, k)
-                except Exception as exc:  # like the dense channel: degrade, never fail the query
-                    report.degraded.append("sparse")
-                    report.errors["sparse"] = f"{type(exc).__name__}: {exc}"
-                    sparse = {}
-                else:
+                if qsparse is not None:
+                    sparse_allowed = None if candidates is None else self._sparse.mask(candidates)
+                    sparse_hits = self._sparse.search(qsparse, k, allowed=sparse_allowed)
                     rankings.append([cid for cid, _ in sparse_hits])
                     sparse = dict(sparse_hits)
-                report.timings_ms["sparse"] = (time.perf_counter() - t3) * 1000.0
+                report.timings_ms["sparse"] = sparse_ms + (time.perf_counter() - t3) * 1000.0
+            report.pending = self._pending_in(candidates, dense=use_dense, sparse=use_sparse)
+            report.partial = report.pending > 0
             fused = rrf_fuse(rankings, k=self.rrf_k)
             order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
             report.results = [
@@ -319,6 +483,31 @@ class HybridRetriever:
             ]
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
         return report
+
+    def _pool(
+        self, keyword: Mapping[str, str | None], metadata_filter: MetadataFilter | None
+    ) -> list[str] | None:
+        with self._lock:
+            return self._candidates(keyword, metadata_filter)
+
+    def _pending_in(self, candidates: list[str] | None, *, dense: bool, sparse: bool) -> int:
+        """Candidates (None = all chunks) missing a vector of a channel this search used."""
+        missing: set[str] = set()
+        if dense:
+            missing |= self._dense_pending
+        if sparse:
+            missing |= self._sparse_pending
+        if candidates is None or not missing:
+            return len(missing)
+        if len(missing) < len(candidates):
+            return len(missing.intersection(candidates))
+        return sum(1 for cid in candidates if cid in missing)
+
+    def _query_vector(self, query: str) -> np.ndarray:
+        assert self.embedding_backend is not None
+        embed_queries = getattr(self.embedding_backend, "embed_queries", None)
+        qvec = (embed_queries or self.embedding_backend.embed_texts)([query])[0]
+        return np.asarray(qvec, dtype=np.float64)
 
     def _variants(self, query: str) -> list[str]:
         if self.query_rewriter is None:
@@ -350,51 +539,15 @@ class HybridRetriever:
         pool: Iterable[str] = self._chunks if ids is None else sorted(ids)
         return [cid for cid in pool if metadata_filter.matches(self._chunks[cid])]
 
-    def _sparse_ranking(self, query: str, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
-        assert self.sparse_encoder is not None
-        self._encode_pending_sparse()
-        encode_queries = getattr(self.sparse_encoder, "encode_queries", None)
-        qweights = (encode_queries or self.sparse_encoder.encode)([query])[0]
-        allowed = None if candidates is None else self._sparse.mask(candidates)
-        return self._sparse.search(qweights, k, allowed=allowed)
-
-    def _ensure_vectors(self, pool: list[str]) -> None:
-        """Embed (and cache) every chunk of ``pool`` that has no vector yet, in one backend call."""
-        assert self.embedding_backend is not None
-        missing = [cid for cid in pool if cid not in self._vectors]
-        if missing:
-            texts = [self.index_text(self._chunks[cid]) for cid in missing]
-            vectors = self.embedding_backend.embed_texts(texts)
-            if len(vectors) != len(missing):
-                raise RuntimeError(
-                    f"embedding backend returned {len(vectors)} vectors for {len(missing)} texts"
-                )
-            for cid, vec in zip(missing, vectors, strict=True):
-                self._vectors[cid] = list(vec)
-            self._dense = None
-            if self.vector_store is not None and self.manage_vectors:
-                self.vector_store.upsert(
-                    [
-                        VectorRecord(id=cid, vector=list(vec), metadata={"doc_id": self._chunks[cid].doc_id})
-                        for cid, vec in zip(missing, vectors, strict=True)
-                    ]
-                )
-
-    def warm(self) -> None:
-        """Compute every indexed chunk's vector and sparse encoding now rather than on the first query.
-
-        Raises what the backend raises (the chunks stay indexed; queries retry the missing ones)."""
-        with self._lock:
-            if self.embedding_backend is not None:
-                self._ensure_vectors(list(self._chunks))
-            if self.sparse_encoder is not None:
-                self._encode_pending_sparse()
-
     def _dense_matrix(self) -> tuple[np.ndarray, dict[str, int]]:
         """Unit-normalised float64 matrix of every cached chunk vector and chunk_id → row; rebuilt only
         after the indexed chunks or their vectors changed."""
         if self._dense is None:
             ids = [cid for cid in self._chunks if cid in self._vectors]
+            if not ids:  # nothing embedded yet (the backlog is still being filled)
+                self._dense_ids = []
+                self._dense = (np.zeros((0, 0), dtype=np.float64), {})
+                return self._dense
             matrix = np.asarray([self._vectors[cid] for cid in ids], dtype=np.float64).reshape(len(ids), -1)
             norms = np.linalg.norm(matrix, axis=1, keepdims=True)
             matrix /= np.where(norms == 0.0, 1.0, norms)
@@ -402,20 +555,18 @@ class HybridRetriever:
             self._dense = (matrix, {cid: i for i, cid in enumerate(ids)})
         return self._dense
 
-    def _vector_ranking(self, query: str, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
-        assert self.embedding_backend is not None
+    def _vector_ranking(self, q: np.ndarray, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
+        """Cosine ranking of the candidates (None = all) that have a vector; the others wait."""
         pool = list(self._chunks) if candidates is None else candidates
         if not pool:
             return []
-        self._ensure_vectors(pool)
-        embed_queries = getattr(self.embedding_backend, "embed_queries", None)
-        qvec = (embed_queries or self.embedding_backend.embed_texts)([query])[0]
-        q = np.asarray(qvec, dtype=np.float64)
         if self.vector_store is not None:
             where = None if candidates is None else {"id": list(pool)}
             hits = self.vector_store.query(list(q), k=k, where=where)
             return [(h.id, float(h.score)) for h in hits if h.id in self._chunks]
         matrix, rows = self._dense_matrix()  # (m, dim) unit rows
+        if not rows:
+            return []
         if matrix.shape[1] != q.shape[0]:
             raise RuntimeError(f"embedding dimension mismatch: query {q.shape}, chunks {matrix.shape}")
         q = q / (np.linalg.norm(q) or 1.0)
@@ -423,6 +574,9 @@ class HybridRetriever:
             pool = self._dense_ids
             sims = matrix @ q  # (n,)
         else:
+            pool = [cid for cid in pool if cid in rows]
+            if not pool:
+                return []
             sims = matrix[np.fromiter((rows[cid] for cid in pool), dtype=np.int64, count=len(pool))] @ q
         if k < len(pool):
             # Everything tied with the k-th best stays in play so that ties resolve by chunk_id, not by slot.

@@ -9,11 +9,13 @@ the index lock as one step, so a search never sees a mix of a document's old and
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import threading
 import time
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ragspine.common.sensitivity import (
     RESTRICTED,
@@ -23,7 +25,7 @@ from ragspine.common.sensitivity import (
 )
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
-from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, StoredChunk
 from ragspine.retrieval.constants import (
     DEFAULT_CHUNK_CHARS,
     DEFAULT_OVERLAP_CHARS,
@@ -31,6 +33,14 @@ from ragspine.retrieval.constants import (
     DEFAULT_TOP_N,
 )
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of
+from ragspine.retrieval.indexing.codec import (
+    decode_dense,
+    decode_sparse,
+    encode_dense,
+    encode_sparse,
+    round_trip_dense,
+)
+from ragspine.retrieval.indexing.ledger import DENSE, SPARSE, VectorLedger, model_id, supports_vectors
 from ragspine.retrieval.lexical.hybrid import HybridRetriever, IndexTextFn, validate_top_k
 from ragspine.retrieval.lexical.language import query_language, reads_language
 from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
@@ -41,6 +51,14 @@ from ragspine.retrieval.vector.store import VectorStore
 
 if TYPE_CHECKING:
     from ragspine.retrieval.filtering.automatic import FilterExtractor
+
+log = logging.getLogger(__name__)
+_CATCH_UP_EVERY_S = 5.0
+
+
+def approx_tokens(text: str) -> int:
+    """Cheap token estimate used to size embedding batches (words, or chars/4 for unspaced scripts)."""
+    return max(1, len(text.split()), len(text) // 4)
 
 
 class Chunker(Protocol):
@@ -60,6 +78,9 @@ class RetrievalReport:
     timings_ms: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     skipped: tuple[str, ...] = ()  # channels / rerank whose model does not read the query's language
+    # Some candidates had no vector yet (the backlog is still being filled): ranked lexically only.
+    partial: bool = False
+    pending: int = 0
 
 
 class NarrativeIndex:
@@ -69,8 +90,16 @@ class NarrativeIndex:
     → RRF → (optional) rerank of the head. A model ``reranker`` takes precedence over a listwise ``judge``;
     with a judge, ``retrieve`` returns the first ``top_n`` (``rerank_top_n``) results in the judge's order
     (the judge sees every open candidate; RESTRICTED chunks are never indexed, so they are absent).
-    ``persistence_policy`` is accepted for API compatibility; only ``None``/``"memory"`` (vectors cached in
-    memory, recomputed after a restart) is supported.
+    ``persistence_policy`` is accepted for API compatibility; only ``None``/``"memory"`` is accepted.
+
+    Vectors are data: when the store keeps vectors (the SQLite and PostgreSQL chunk stores do) every dense
+    vector and sparse encoding is written to it beside its chunk version and loaded from it at start, so
+    a restart recomputes none. The store records the model of each vector space; a different model
+    empties it and everything is re-embedded (``ragspine.retrieval.indexing.ledger``).
+
+    ``defer_vectors=False`` (default): a search computes its candidates' missing vectors itself (and keeps
+    them). ``defer_vectors=True``: a search never embeds a passage; ``drain_step`` (called by a
+    ``VectorDrainer``) fills the backlog and a search answers from what is ready, flagged ``partial``.
     """
 
     def __init__(
@@ -93,6 +122,7 @@ class NarrativeIndex:
         embedding_cache: MutableMapping[str, list[float]] | None = None,
         sparse_encoder: SparseEncoder | None = None,
         sensitivity_policy: SensitivityPolicy | None = None,
+        defer_vectors: bool = False,
     ) -> None:
         if persistence_policy not in (None, "memory"):
             raise ValueError(
@@ -112,9 +142,24 @@ class NarrativeIndex:
         self.filter_extractor = filter_extractor
         self.sensitivity_policy = sensitivity_policy or SensitivityPolicy()
         self.chunker: Callable[..., list[Chunk]] = chunker if chunker is not None else chunk_document
+        self.defer_vectors = defer_vectors
+        # Called (with no lock held) whenever new chunks await vectors; a drainer sets it to its wake-up.
+        self.on_backlog: Callable[[], None] | None = None
         self._sync_lock = threading.Lock()
         self._named_chunkers: dict[str, Callable[..., list[Chunk]]] = {}
         self._doc_chunks: dict[str, list[str]] = {}
+        self._ledger: VectorLedger | None = (
+            store  # type: ignore[assignment]
+            if supports_vectors(store) and (embedding_backend is not None or sparse_encoder is not None)
+            else None
+        )
+        self._models: dict[str, str] = {}  # kind -> the model id verified against the store
+        self._model_retry_at: dict[str, float] = {}
+        self._model_lock = threading.Lock()  # serialises identifying the models (never the index lock)
+        self._caught_up_at: dict[str, float] = {}
+        self._claims: dict[str, set[str]] = {DENSE: set(), SPARSE: set()}
+        self._claim_lock = threading.Lock()
+        self.embedded: dict[str, int] = {DENSE: 0, SPARSE: 0}  # passages this index embedded/encoded
         self._seq = store.change_seq()
         chunks = store.iter_chunks()
         self.retriever = HybridRetriever(
@@ -126,9 +171,13 @@ class NarrativeIndex:
             index_text_fn=index_text_fn,
             embedding_cache=embedding_cache,
             sparse_encoder=sparse_encoder,
+            lazy_vectors=not defer_vectors,
+            vector_sink=self._keep_vectors if self._ledger is not None else None,
+            vector_round_trip=round_trip_dense if self._ledger is not None else None,
         )
         for c in chunks:
             self._doc_chunks.setdefault(c.doc_id, []).append(c.chunk_id)
+        self._load_persisted(None)
 
     @property
     def embedding_backend(self) -> EmbeddingBackend | None:
@@ -217,9 +266,11 @@ class NarrativeIndex:
         return known
 
     def warm(self) -> None:
-        """Bring the index up to date and compute all chunk vectors / sparse encodings ahead of queries."""
+        """Bring the index up to date and, unless ``defer_vectors``, compute every missing chunk vector /
+        sparse encoding ahead of queries (stored vectors are loaded, never recomputed)."""
         self.sync()
-        self.retriever.warm()
+        if not self.defer_vectors:
+            self.retriever.warm()
 
     def sync(self) -> int:
         """Apply every store change committed since the last sync; returns the number of documents updated."""
@@ -240,7 +291,185 @@ class NarrativeIndex:
                 if by_doc[doc_id]:
                     self._doc_chunks[doc_id] = [c.chunk_id for c in by_doc[doc_id]]
             self._seq = latest
-            return len(doc_ids)
+        if self._ledger is not None:
+            # Vectors another writer (a drainer, another replica) already stored for the new versions.
+            self._load_persisted([cid for d in doc_ids for cid in self._doc_chunks.get(d, [])])
+        if self.on_backlog is not None and self.retriever.pending_count():
+            self.on_backlog()
+        return len(doc_ids)
+
+    # ------------------------------------------------------------------ vectors
+    def _components(self) -> list[tuple[str, object]]:
+        out: list[tuple[str, object]] = []
+        if self.retriever.embedding_backend is not None:
+            out.append((DENSE, self.retriever.embedding_backend))
+        if self.retriever.sparse_encoder is not None:
+            out.append((SPARSE, self.retriever.sparse_encoder))
+        return out
+
+    def _model(self, kind: str, component: object) -> str | None:
+        """The model id of ``kind`` once verified against the store's vector space (switching the space
+        when the model changed); None while the model cannot be identified (a worker is unreachable)."""
+        assert self._ledger is not None
+        known = self._models.get(kind)
+        if known is not None:
+            return known
+        with self._model_lock:
+            return self._verify_model(kind, component)
+
+    def _verify_model(self, kind: str, component: object) -> str | None:
+        assert self._ledger is not None
+        known = self._models.get(kind)
+        if known is not None:
+            return known
+        if time.monotonic() < self._model_retry_at.get(kind, 0.0):
+            return None
+        try:
+            ident = model_id(component)
+        except Exception as exc:
+            # Asked again at most every few seconds, so an unreachable worker does not slow every query.
+            self._model_retry_at[kind] = time.monotonic() + 5.0
+            log.info("%s model not identified yet (%s); serving stored vectors as recorded", kind, exc)
+            return None
+        dim = getattr(component, "dim", 0) if kind == DENSE else 0
+        dim = dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else 0
+        before = self._ledger.vector_space(kind)
+        space = self._ledger.use_vector_model(kind, ident, dim)
+        if before is not None and before.epoch != space.epoch:
+            # What is in memory came from the old model: forget it, everything waits for the new one.
+            self.retriever.clear_vectors(kind)
+            if self.on_backlog is not None:
+                self.on_backlog()
+        self._models[kind] = ident
+        return ident
+
+    def _install(self, kind: str, stored: dict[str, tuple[int, bytes]]) -> int:
+        if kind == DENSE:
+            return self.retriever.set_vectors(
+                (cid, v, decode_dense(data)) for cid, (v, data) in stored.items()
+            )
+        return self.retriever.set_sparse((cid, v, decode_sparse(data)) for cid, (v, data) in stored.items())
+
+    def _load_persisted(self, chunk_ids: list[str] | None) -> int:
+        """Install the stored vectors of ``chunk_ids`` (None = every indexed chunk); returns how many."""
+        if self._ledger is None or chunk_ids == []:
+            return 0
+        installed = 0
+        for kind, component in self._components():
+            model = self._model(kind, component)
+            if model is None:
+                space = self._ledger.vector_space(kind)
+                if space is None:
+                    continue
+                model = space.model
+            installed += self._install(kind, self._ledger.load_vectors(kind, model, chunk_ids))
+        return installed
+
+    def _keep_vectors(self, kind: str, computed: list[tuple[Chunk, object]]) -> None:
+        """Vector sink of a lazy search: store what it computed, for the next start."""
+        if self._ledger is None:
+            return
+        component = dict(self._components()).get(kind)
+        model = None if component is None else self._model(kind, component)
+        if model is None:
+            return
+        self.embedded[kind] += len(computed)
+        self._ledger.put_vectors(kind, model, self._encoded(kind, computed), dim=self._dim(kind, computed))
+
+    @staticmethod
+    def _encoded(kind: str, computed: Sequence[tuple[Chunk, object]]) -> list[tuple[str, int, bytes]]:
+        encode: Callable[[Any], bytes] = encode_dense if kind == DENSE else encode_sparse
+        return [(c.chunk_id, int(getattr(c, "version", 1)), encode(value)) for c, value in computed]
+
+    @staticmethod
+    def _dim(kind: str, computed: Sequence[tuple[Chunk, object]]) -> int:
+        if kind != DENSE or not computed:
+            return 0
+        return len(computed[0][1])  # type: ignore[arg-type]
+
+    def pending_vectors(self) -> int:
+        """Chunks still awaiting a vector (the store's count when it keeps vectors, else this index's)."""
+        if self._ledger is None:
+            return self.retriever.pending_count()
+        counts = [0]
+        for kind, component in self._components():
+            model = self._model(kind, component)
+            if model is None:
+                return self.retriever.pending_count()
+            counts.append(self._ledger.count_pending_vectors(kind, model))
+        return max(counts)
+
+    def awaiting_vectors(self, doc_id: str) -> int:
+        """How many of ``doc_id``'s indexed chunks this index still has no vector for."""
+        return sum(1 for cid in self._doc_chunks.get(doc_id, ()) if self.retriever.is_pending(cid))
+
+    def vector_space(self) -> tuple[str, int]:
+        """(dense model id, dimension) this library's vectors are in; ("", 0) without dense vectors."""
+        if self._ledger is None or self.retriever.embedding_backend is None:
+            return "", 0
+        space = self._ledger.vector_space(DENSE)
+        return ("", 0) if space is None else (space.model, space.dim)
+
+    def drain_step(self, *, max_items: int = 32, max_tokens: int = 4096) -> int:
+        """Embed one batch of the backlog and store it; returns how many chunks got vectors (0 = none
+        waiting). No lock is held during the model call. Raises what the model raises (nothing is stored
+        from a failed batch; it is retried by a later step)."""
+        if self._ledger is None:
+            return 0
+        self.sync()
+        done = 0
+        for kind, component in self._components():
+            model = self._model(kind, component)
+            if model is None:
+                raise RuntimeError(f"the {kind} model cannot be identified yet (is the worker reachable?)")
+            self._catch_up(kind, model)
+            with self._claim_lock:
+                exclude = set(self._claims[kind])
+            batch = self._ledger.pending_vector_chunks(kind, model, limit=max_items, exclude=exclude)
+            budget = max_tokens
+            taken: list[StoredChunk] = []
+            for chunk in batch:
+                cost = approx_tokens(self.retriever.index_text(chunk))
+                if taken and cost > budget:
+                    break
+                taken.append(chunk)
+                budget -= cost
+            if not taken:
+                continue
+            with self._claim_lock:
+                taken = [c for c in taken if c.chunk_id not in self._claims[kind]]
+                self._claims[kind].update(c.chunk_id for c in taken)
+            try:
+                texts = [self.retriever.index_text(c) for c in taken]
+                values: list[Any]
+                if kind == DENSE:
+                    values = list(self.retriever.embedding_backend.embed_texts(texts))  # type: ignore[union-attr]
+                else:
+                    values = list(self.retriever.sparse_encoder.encode(texts))  # type: ignore[union-attr]
+                if len(values) != len(taken):
+                    raise RuntimeError(f"{kind} model returned {len(values)} results for {len(taken)} texts")
+                computed = list(zip(taken, values, strict=True))
+                self.embedded[kind] += len(computed)
+                rows = self._encoded(kind, computed)
+                self._ledger.put_vectors(kind, model, rows, dim=self._dim(kind, computed))
+                self._install(kind, {cid: (version, data) for cid, version, data in rows})
+                done += len(taken)
+            finally:
+                with self._claim_lock:
+                    self._claims[kind].difference_update(c.chunk_id for c in taken)
+        return done
+
+    def _catch_up(self, kind: str, model: str) -> None:
+        """Install vectors that are in the store but not in memory (written by another process); looked
+        at every few seconds, since counting the backlog scans the library."""
+        assert self._ledger is not None
+        now = time.monotonic()
+        if now - self._caught_up_at.get(kind, -math.inf) < _CATCH_UP_EVERY_S:
+            return
+        self._caught_up_at[kind] = now
+        missing = self.retriever.pending_ids(kind)
+        if missing and len(missing) > self._ledger.count_pending_vectors(kind, model):
+            self._install(kind, self._ledger.load_vectors(kind, model, missing))
 
     # ------------------------------------------------------------------ reads
     def retrieve(
@@ -288,6 +517,11 @@ class NarrativeIndex:
         """Like ``retrieve`` but also names degraded stages and reports stage timings."""
         t0 = time.perf_counter()
         self.sync()
+        if self._ledger is not None and len(self._models) < len(self._components()):
+            # Stored vectors were loaded before the model could be identified: verify it before ranking
+            # with them, so a model switched meanwhile never meets the old model's vectors.
+            for kind, component in self._components():
+                self._model(kind, component)
         timings: dict[str, float] = {"sync": (time.perf_counter() - t0) * 1000.0}
         n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
         effective = self._narrow(query, metadata_filter)
@@ -302,6 +536,7 @@ class NarrativeIndex:
             metadata_filter=effective,
         )
         timings.update(search.timings_ms)
+        partial, pending = search.partial, search.pending
         degraded = list(search.degraded)
         errors = dict(search.errors)
         results = search.results
@@ -330,6 +565,8 @@ class NarrativeIndex:
             timings_ms=timings,
             errors=errors,
             skipped=tuple(skipped),
+            partial=partial,
+            pending=pending,
         )
 
     def _narrow(self, query: str, metadata_filter: MetadataFilter | None) -> MetadataFilter | None:

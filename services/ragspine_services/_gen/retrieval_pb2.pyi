@@ -213,22 +213,28 @@ class DocumentResult(_message.Message):
     DOC_ID_FIELD_NUMBER: _builtins.int
     CHUNKS_WRITTEN_FIELD_NUMBER: _builtins.int
     PAGES_INDEXED_FIELD_NUMBER: _builtins.int
+    CHUNKS_PENDING_VECTORS_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """The document's id."""
     chunks_written: _builtins.int
     """Chunks written; 0 when the document was unchanged."""
     pages_indexed: _builtins.int
     """Pages rendered, embedded and stored for visual retrieval (0 unless Document.pages was set)."""
+    chunks_pending_vectors: _builtins.int
+    """Chunks of this document still waiting for their vectors: the text is stored and searchable
+    lexically now; a background drainer embeds them (see Library.pending_vectors).
+    """
     def __init__(
         self,
         *,
         doc_id: _builtins.str = ...,
         chunks_written: _builtins.int = ...,
         pages_indexed: _builtins.int = ...,
+        chunks_pending_vectors: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_written", b"chunks_written", "doc_id", b"doc_id", "pages_indexed", b"pages_indexed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_pending_vectors", b"chunks_pending_vectors", "chunks_written", b"chunks_written", "doc_id", b"doc_id", "pages_indexed", b"pages_indexed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -686,6 +692,14 @@ class RetrieveResponse(_message.Message):
     SNIPPETS_FIELD_NUMBER: _builtins.int
     DEGRADED_FIELD_NUMBER: _builtins.int
     TIMINGS_FIELD_NUMBER: _builtins.int
+    PARTIAL_FIELD_NUMBER: _builtins.int
+    PENDING_VECTORS_FIELD_NUMBER: _builtins.int
+    partial: _builtins.bool
+    """True when some candidate chunks had no vectors yet (ingested, still being embedded): they were
+    ranked by the lexical channel only. The answer is complete otherwise; not a failure.
+    """
+    pending_vectors: _builtins.int
+    """How many chunks of the searched libraries were still waiting for vectors when this answer was made."""
     @_builtins.property
     def snippets(self) -> _containers.RepeatedCompositeFieldContainer[Global___Snippet]:
         """Snippets, best first."""
@@ -704,10 +718,12 @@ class RetrieveResponse(_message.Message):
         snippets: _abc.Iterable[Global___Snippet] | None = ...,
         degraded: _abc.Iterable[_builtins.str] | None = ...,
         timings: _common_pb2.Timings | None = ...,
+        partial: _builtins.bool = ...,
+        pending_vectors: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "snippets", b"snippets", "timings", b"timings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "partial", b"partial", "pending_vectors", b"pending_vectors", "snippets", b"snippets", "timings", b"timings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -738,19 +754,31 @@ class Library(_message.Message):
 
     LIBRARY_ID_FIELD_NUMBER: _builtins.int
     CHUNK_COUNT_FIELD_NUMBER: _builtins.int
+    PENDING_VECTORS_FIELD_NUMBER: _builtins.int
+    EMBEDDING_MODEL_FIELD_NUMBER: _builtins.int
+    EMBEDDING_DIM_FIELD_NUMBER: _builtins.int
     library_id: _builtins.str
     """Library id."""
     chunk_count: _builtins.int
     """Active chunks stored (RESTRICTED included, so the count reveals nothing per query)."""
+    pending_vectors: _builtins.int
+    """Chunks still waiting for their vectors (the backlog the background drainer is filling)."""
+    embedding_model: _builtins.str
+    """Embedding model id the library's dense vectors were made with ("" when it has none yet)."""
+    embedding_dim: _builtins.int
+    """Dimension of those vectors (0 when unknown yet)."""
     def __init__(
         self,
         *,
         library_id: _builtins.str = ...,
         chunk_count: _builtins.int = ...,
+        pending_vectors: _builtins.int = ...,
+        embedding_model: _builtins.str = ...,
+        embedding_dim: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "library_id", b"library_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "library_id", b"library_id", "pending_vectors", b"pending_vectors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -811,6 +839,11 @@ class RetrievalServiceInfoResponse(_message.Message):
     REMOTE_WORKER_FIELD_NUMBER: _builtins.int
     MAX_QUERY_CHARS_FIELD_NUMBER: _builtins.int
     VISUAL_MODEL_FIELD_NUMBER: _builtins.int
+    PENDING_VECTORS_FIELD_NUMBER: _builtins.int
+    EMBEDDING_MODEL_FIELD_NUMBER: _builtins.int
+    EMBEDDING_DIM_FIELD_NUMBER: _builtins.int
+    VECTORS_STORED_FIELD_NUMBER: _builtins.int
+    VECTOR_DRAIN_CONCURRENCY_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """Package version."""
     max_message_bytes: _builtins.int
@@ -827,6 +860,16 @@ class RetrievalServiceInfoResponse(_message.Message):
     """Longest query accepted, in characters."""
     visual_model: _builtins.str
     """Page embedding space used for visual retrieval ("" when visual retrieval is off)."""
+    pending_vectors: _builtins.int
+    """Chunks waiting for vectors, over the libraries the caller may read."""
+    embedding_model: _builtins.str
+    """Embedding model id of this server's dense channel ("" when it has none or it cannot be reached)."""
+    embedding_dim: _builtins.int
+    """Its vector dimension (0 when unknown)."""
+    vectors_stored: _builtins.bool
+    """True when vectors are kept in the store of record (a restart recomputes none)."""
+    vector_drain_concurrency: _builtins.int
+    """Embedding batches the background drainer runs at once (0 = no drainer: vectors computed by queries)."""
     def __init__(
         self,
         *,
@@ -838,10 +881,15 @@ class RetrievalServiceInfoResponse(_message.Message):
         remote_worker: _builtins.bool = ...,
         max_query_chars: _builtins.int = ...,
         visual_model: _builtins.str = ...,
+        pending_vectors: _builtins.int = ...,
+        embedding_model: _builtins.str = ...,
+        embedding_dim: _builtins.int = ...,
+        vectors_stored: _builtins.bool = ...,
+        vector_drain_concurrency: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_mode", b"default_mode", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_query_chars", b"max_query_chars", "max_top_k", b"max_top_k", "remote_worker", b"remote_worker", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_mode", b"default_mode", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_query_chars", b"max_query_chars", "max_top_k", b"max_top_k", "pending_vectors", b"pending_vectors", "remote_worker", b"remote_worker", "vector_drain_concurrency", b"vector_drain_concurrency", "vectors_stored", b"vectors_stored", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

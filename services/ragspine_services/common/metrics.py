@@ -18,6 +18,14 @@ DEGRADED = Counter(
     "ragspine_degraded_answers_total", "Answers returned with a skipped stage, by stage.", ["stage"]
 )
 
+PENDING_VECTORS = Gauge(
+    "ragspine_vectors_pending", "Chunks of a library still waiting for their vectors.", ["library"]
+)
+
+VECTORS_EMBEDDED = Counter(
+    "ragspine_vectors_embedded_total", "Chunks the background drainer made vectors for.", ["library"]
+)
+
 _started: set[int] = set()
 
 

@@ -7,6 +7,11 @@ fresh before the next query. A library's indexes are built lazily from its store
 (hybrid when the settings' mode uses embeddings) and, on request, a lexical one over the same store for
 ``RETRIEVAL_MODE_LEXICAL``. Model components (embedding backend, reranker) are injected, so the same
 catalog serves laptop mode (in-process models) and split mode (worker clients).
+
+Vectors are kept in each library's store and loaded when its index is built; with
+``settings.vector_drain_concurrency > 0`` a ``VectorDrainer`` fills the backlog in the background (through
+the worker client in split mode), queries never embed a passage, and an answer made while chunks still
+wait is flagged partial.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from ragspine.common.company_profile import default_profile, load_company_profil
 from ragspine.common.sensitivity import SensitivityPolicy
 from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.indexing.drainer import VectorDrainer
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.mode import make_retrieval_mode
@@ -30,6 +36,7 @@ from ragspine.retrieval.rerank.base import Reranker
 from ragspine.retrieval.visual.page_store import PageStore, VisualPageStore
 from ragspine.settings import Settings
 from ragspine.stores.pg_libraries import library_schema
+from ragspine_services.common import metrics
 from ragspine_services.common.errors import BackendUnavailableError, NotFoundError
 from ragspine_services.front.change_follower import ChangeFollower
 from ragspine_services.front.pages import LibraryPages, pages_path
@@ -73,6 +80,8 @@ class Library:
     # Opens the library's shared page store (PostgreSQL); when set it is used instead of ``pages_file``.
     page_store_factory: Callable[[], PageStore] | None = None
     _pages: LibraryPages | None = None
+    # Fills the configured index's vector backlog in the background; None = queries embed lazily.
+    drainer: VectorDrainer | None = None
 
     def pages(self, *, create: bool = False) -> LibraryPages | None:
         """The library's page store and visual index; None when visual retrieval is off, or when a SQLite
@@ -120,9 +129,44 @@ class Library:
                         sparse_encoder=self.sparse_encoder,
                         # A shared vector store (pgvector) keeps each library's vectors in its own table.
                         vector_namespace=library_schema(self.library_id),
+                        defer_vectors=self.drainer is not None,
                     )
+                    if self.drainer is not None:
+                        self.drainer.add(self.library_id, index)
                 self._indexes[lexical] = index
             return index
+
+    def _configured(self) -> NarrativeIndex | None:
+        """The configured (model) index when it is built and uses models; None otherwise."""
+        if self.lexical_only:
+            return None
+        with self.lock:
+            return self._indexes.get(False)
+
+    def vector_backlog(self) -> int:
+        """Chunks the built configured index has no vectors for yet (0 when lexical or not built)."""
+        index = self._configured()
+        return 0 if index is None else index.retriever.pending_count()
+
+    def pending_vectors(self) -> int:
+        """Chunks of this library still waiting for vectors, as the store says (0 in lexical mode)."""
+        if self.lexical_only:
+            return 0
+        pending = self.index().pending_vectors()
+        metrics.PENDING_VECTORS.labels(self.library_id).set(pending)
+        return pending
+
+    def awaiting_vectors(self, doc_id: str) -> int:
+        """Chunks of ``doc_id`` waiting for vectors (brings the configured index up to date first)."""
+        if self.lexical_only:
+            return 0
+        index = self.index()
+        index.sync()
+        return index.awaiting_vectors(doc_id)
+
+    def embedding_space(self) -> tuple[str, int]:
+        """(model id, dimension) of the library's stored dense vectors; ("", 0) when it has none."""
+        return ("", 0) if self.lexical_only else self.index().vector_space()
 
     def built_indexes(self) -> list[NarrativeIndex]:
         """The indexes built so far (none until the first query or write)."""
@@ -131,6 +175,8 @@ class Library:
 
     def close(self) -> None:
         """Stop following changes, then close the store."""
+        if self.drainer is not None:
+            self.drainer.remove(self.library_id)
         if self.follower is not None:
             self.follower.stop()
         if self._pages is not None:
@@ -175,6 +221,19 @@ class LibraryCatalog:
         self._directory: PgLibraryDirectory | None = None
         if settings.store_dsn.strip():
             self._directory = _open_directory(settings.store_dsn.strip())
+        self.drainer: VectorDrainer | None = None
+        mode = make_retrieval_mode(settings.retrieval_mode)
+        models = (embedding_backend is not None and mode.uses_embedding) or (
+            sparse_encoder is not None and mode.uses_sparse
+        )
+        if models and settings.vector_drain_concurrency > 0:
+            self.drainer = VectorDrainer(
+                concurrency=settings.vector_drain_concurrency,
+                batch_size=settings.vector_batch_size,
+                batch_tokens=settings.vector_batch_tokens,
+                on_progress=lambda library_id, n: metrics.PENDING_VECTORS.labels(library_id).set(n),
+                on_embedded=lambda library_id, n: metrics.VECTORS_EMBEDDED.labels(library_id).inc(n),
+            ).start()
 
     @property
     def on_postgres(self) -> bool:
@@ -226,6 +285,7 @@ class LibraryCatalog:
                 self.sparse_encoder,
                 visual_encoder=self.visual_encoder,
                 pages_file=pages_path(self.root, library_id),
+                drainer=self.drainer,
             )
             self._libraries[library_id] = library
             return library
@@ -249,18 +309,21 @@ class LibraryCatalog:
                 visual_encoder=self.visual_encoder,
                 # Pages live in the library's schema too: shared by replicas, kept across restarts.
                 page_store_factory=_pg_page_store_factory(self.settings.store_dsn.strip(), library_id),
+                drainer=self.drainer,
             )
             library.follower = ChangeFollower(store, library.built_indexes, name=library_id).start()
             self._libraries[library_id] = library
             return library
 
     def load_all(self) -> int:
-        """Open every library on disk, build its configured index and compute its chunk vectors / sparse
-        encodings (so the first queries are not the ones paying for them); returns how many were loaded.
-        A model that fails here is logged and retried lazily by queries."""
+        """Open every library on disk and build its configured index, loading its stored vectors; returns
+        how many were loaded. With a drainer, chunks without vectors are left to it (nothing is embedded
+        here); without one they are computed now, and a model that fails is logged and retried by queries."""
         ids = self.on_disk()
         for library_id in ids:
             index = self.get(library_id).index()
+            if self.drainer is not None:
+                continue
             try:
                 index.warm()
             except Exception as exc:
@@ -270,7 +333,10 @@ class LibraryCatalog:
         return len(ids)
 
     def close(self) -> None:
-        """Stop following changes and close every store (and the database directory); safe to call twice."""
+        """Stop the drainer (after its batches in flight), stop following changes and close every store
+        (and the database directory); safe to call twice."""
+        if self.drainer is not None:
+            self.drainer.stop()
         with self._lock:
             libraries = list(self._libraries.values())
             self._libraries.clear()

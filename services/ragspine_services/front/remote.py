@@ -54,6 +54,7 @@ class WorkerClient:
         self._stub = model_worker_pb2_grpc.ModelWorkerServiceStub(self._channel)
         self._lock = threading.Lock()
         self._published: tuple[int, int] | None = None
+        self._models: tuple[str, str] | None = None
 
     def close(self) -> None:
         self._channel.close()
@@ -91,6 +92,19 @@ class WorkerClient:
                     info.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
                 )
             return self._published
+
+    def model_ids(self) -> tuple[str, str]:
+        """``(embedding, sparse)`` model ids as libraries record them (``worker:<spec>``), fetched once.
+
+        Raises ``BackendUnavailableError`` while the worker cannot be reached (asked again next time)."""
+        with self._lock:
+            if self._models is None:
+                info = self.info()
+                self._models = (
+                    f"worker:{info.embedding_model}" if info.embedding_model else "",
+                    f"worker:{info.sparse_model}" if info.sparse_model else "",
+                )
+            return self._models
 
     def _batches(self, texts: Sequence[str]) -> list[list[str]]:
         """Split ``texts`` so each request fits the worker's count and token limits."""
@@ -142,10 +156,17 @@ class WorkerClient:
 
 
 class RemoteEmbeddingBackend:
-    """EmbeddingBackend served by the worker (``embed_queries`` uses the model's query form)."""
+    """EmbeddingBackend served by the worker (``embed_queries`` uses the model's query form).
+
+    ``model_id`` names the worker's model so that a library's stored vectors are known to come from it;
+    reading it asks the worker once (``BackendUnavailableError`` while it is unreachable)."""
 
     def __init__(self, client: WorkerClient) -> None:
         self.client = client
+
+    @property
+    def model_id(self) -> str:
+        return self.client.model_ids()[0] or "worker:embedding"
 
     def embed_texts(self, texts: list[str]) -> list[list[float]]:
         return self.client.embed(texts, query=False) if texts else []
@@ -167,10 +188,14 @@ class RemoteReranker:
 
 
 class RemoteSparseEncoder:
-    """SparseEncoder served by the worker."""
+    """SparseEncoder served by the worker (``model_id`` as for ``RemoteEmbeddingBackend``)."""
 
     def __init__(self, client: WorkerClient) -> None:
         self.client = client
+
+    @property
+    def model_id(self) -> str:
+        return self.client.model_ids()[1] or "worker:sparse"
 
     def encode(self, texts: list[str]) -> list[dict[str, float]]:
         return self.client.encode_sparse(texts) if texts else []

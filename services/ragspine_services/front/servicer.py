@@ -6,6 +6,7 @@ is opened, so a caller cannot even learn whether a library it may not read exist
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.expansion import normalize_expansion
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
+from ragspine.retrieval.indexing.ledger import model_id
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.raptor import RaptorRetriever, RaptorTreeCache, normalize_granularity
 from ragspine.retrieval.routing.multi_index import LibraryIndex, MultiIndexRetriever
@@ -170,7 +172,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             )
             results.append(
                 retrieval_pb2.DocumentResult(
-                    doc_id=meta.doc_id, chunks_written=written, pages_indexed=pages_indexed
+                    doc_id=meta.doc_id,
+                    chunks_written=written,
+                    pages_indexed=pages_indexed,
+                    chunks_pending_vectors=library.awaiting_vectors(meta.doc_id) if written else 0,
                 )
             )
         return results
@@ -337,6 +342,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             visual_ms["visual"] = (time.perf_counter() - visual_started) * 1e3
         if visual_snippets is not None and request.mode == retrieval_pb2.RETRIEVAL_MODE_VISUAL:
             return self._respond(visual_snippets, visual_degraded, started, visual_ms)
+        # Chunks the model channels could not rank yet (their vectors are still being made).
+        pending = 0 if lexical else sum(library.vector_backlog() for library in libraries)
         bound: list[_BoundRetriever] = []
         indexes = []
         for library in libraries:
@@ -374,7 +381,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         for b in bound:
             for stage, ms in b.timings_ms.items():
                 stages[stage] = stages.get(stage, 0.0) + ms
-        return self._respond(snippets, degraded, started, stages)
+        return self._respond(snippets, degraded, started, stages, pending=pending)
 
     def _raptor_embedder(self, library: Library) -> Any:
         # Trees hold RESTRICTED-free chunks only, so their text may go to the library's embedding model.
@@ -390,7 +397,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         return cache.tree()
 
     def _respond(
-        self, snippets: list[dict[str, Any]], degraded: list[str], started: float, stages: dict[str, float]
+        self,
+        snippets: list[dict[str, Any]],
+        degraded: list[str],
+        started: float,
+        stages: dict[str, float],
+        *,
+        pending: int = 0,
     ) -> retrieval_pb2.RetrieveResponse:
         for stage in degraded:
             metrics.DEGRADED.labels(stage).inc()
@@ -402,6 +415,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             snippets=[convert.snippet_message(s) for s in safe],
             degraded=degraded,
             timings=_timings(started, stages),
+            partial=pending > 0,
+            pending_vectors=pending,
         )
 
     # ------------------------------------------------------------------ catalog
@@ -412,11 +427,16 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         out = []
         for name in self.catalog.ids():
             if caller.may_read(name):
+                library = self.catalog.get(name)
+                model, dim = library.embedding_space()
                 out.append(
                     retrieval_pb2.Library(
                         library_id=name,
                         # RESTRICTED chunks are never counted: the count would trace their volume.
-                        chunk_count=self.catalog.get(name).store.count(include_restricted=False),
+                        chunk_count=library.store.count(include_restricted=False),
+                        pending_vectors=library.pending_vectors(),
+                        embedding_model=model,
+                        embedding_dim=dim,
                     )
                 )
         return retrieval_pb2.ListLibrariesResponse(libraries=out)
@@ -434,7 +454,31 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             remote_worker=self.remote_worker,
             max_query_chars=lim.max_query_chars,
             visual_model=self._visual_model(),
+            **self._vector_info(),
         )
+
+    def _vector_info(self) -> dict[str, Any]:
+        caller = current_caller()
+        pending, model, dim = 0, "", 0
+        for name in self.catalog.ids():
+            if caller.may_read(name):
+                library = self.catalog.get(name)
+                pending += library.pending_vectors()
+                model, dim = library.embedding_space() if not model else (model, dim)
+        backend = self.catalog.embedding_backend
+        # An unreachable worker leaves what the libraries recorded: Info still answers.
+        if backend is not None:
+            with contextlib.suppress(BackendUnavailableError):
+                model, dim = model_id(backend), int(getattr(backend, "dim", 0) or dim)
+        drainer = self.catalog.drainer
+        return {
+            "pending_vectors": pending,
+            "embedding_model": model,
+            "embedding_dim": dim,
+            "vectors_stored": self.catalog.embedding_backend is not None
+            or self.catalog.sparse_encoder is not None,
+            "vector_drain_concurrency": drainer.concurrency if drainer is not None else 0,
+        }
 
     def _visual_model(self) -> str:
         encoder = self.catalog.visual_encoder
