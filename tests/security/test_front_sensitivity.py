@@ -13,6 +13,7 @@ import pytest
 from ragspine.retrieval.chunking import chunk_store as chunk_store_module
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services.front import convert
+from tests.security.fail_open import open_every_exit
 from tests.security.test_sensitivity_labels import RESTRICTED_LOOKALIKES, SECRET_WORD
 
 MODES = [pb.RETRIEVAL_MODE_LEXICAL, pb.RETRIEVAL_MODE_HYBRID, pb.RETRIEVAL_MODE_UNSPECIFIED]
@@ -111,11 +112,7 @@ def test_restricted_chunks_are_not_counted_and_the_reverse_proof_is_caught(
 def test_reverse_proof_unresolved_wire_labels_are_caught(make_front, monkeypatch: pytest.MonkeyPatch) -> None:
     """Labels passed through unchecked (the old conversion) are refused by the store: the entry check is
     what turns them into an actionable INVALID_ARGUMENT, and a fully fail-open stack leaks."""
-    from ragspine.retrieval import expansion
-    from ragspine.retrieval.indexing import ledger
-    from ragspine.retrieval.lexical import hybrid, narrative_index
-    from ragspine.retrieval.link import narrative_link
-    from ragspine_services.front import servicer
+    from ragspine.retrieval.lexical import narrative_index
 
     def old_label(label: object, filename: str, text: str, policy: object) -> str:
         return str(label).strip().upper() or "INTERNAL"
@@ -125,9 +122,7 @@ def test_reverse_proof_unresolved_wire_labels_are_caught(make_front, monkeypatch
     monkeypatch.setattr(chunk_store_module, "resolve_label", lambda label: label)
     monkeypatch.setattr(chunk_store_module, "stored_label", lambda label: label)
     old = lambda label: str(label).strip().upper() == "RESTRICTED"  # noqa: E731
-    # Every module that tests labels on the way out (the exits and the defences in depth beside them).
-    for module in (hybrid, narrative_link, servicer, convert, expansion, ledger):
-        monkeypatch.setattr(module, "is_restricted", old)
+    assert open_every_exit(monkeypatch, old)
     front = make_front()
     docs = [_doc("open")] + [_doc(f"hidden-{i}", label) for i, label in enumerate(RESTRICTED_LOOKALIKES)]
     front.stub.Ingest(pb.IngestRequest(library="lib", documents=docs), timeout=10)

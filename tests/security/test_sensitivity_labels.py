@@ -25,11 +25,10 @@ from ragspine.retrieval import constants
 from ragspine.retrieval.chunking import chunk_store as chunk_store_module
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.types import DocumentMeta
-from ragspine.retrieval.lexical import hybrid as hybrid_module
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
-from ragspine.retrieval.link import narrative_link as link_module
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
+from tests.security.fail_open import open_every_exit
 
 # The labels of the attack run, and more of the same family, that a person reads as RESTRICTED.
 RESTRICTED_LOOKALIKES = [
@@ -175,8 +174,7 @@ def test_reverse_proof_fail_open_labels_are_caught(
     monkeypatch.setattr(NarrativeIndex, "labelled", lambda self, text, meta: meta)
     monkeypatch.setattr(chunk_store_module, "resolve_label", lambda label: label)
     monkeypatch.setattr(chunk_store_module, "stored_label", lambda label: label)
-    for module in (hybrid_module, link_module):
-        monkeypatch.setattr(module, "is_restricted", _old_is_restricted)
+    assert open_every_exit(monkeypatch, _old_is_restricted)
     index = make_index()
     _ingest_lookalikes(index)
     assert len(_retrieved(index) - {"open"}) >= 3
@@ -235,8 +233,7 @@ def test_reverse_proof_unmigrated_store_is_caught(tmp_path: Path, monkeypatch: p
     path = tmp_path / "old.db"
     write_store_with_bad_labels(path)
     monkeypatch.setattr(chunk_store_module, "stored_label", lambda label: label)
-    for module in (hybrid_module, link_module):
-        monkeypatch.setattr(module, "is_restricted", _old_is_restricted)
+    assert open_every_exit(monkeypatch, _old_is_restricted)
     with ChunkStore(path) as store:
         assert _retrieved(NarrativeIndex(store)) - {"open", "lower"}
 
