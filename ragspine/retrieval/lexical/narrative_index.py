@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
@@ -123,16 +123,24 @@ class NarrativeIndex:
         return self.retriever.embedding_backend
 
     # ------------------------------------------------------------------ writes
-    def ingest(self, text: str, meta: DocumentMeta, valid_as_of: str = "") -> int:
+    def ingest(
+        self,
+        text: str,
+        meta: DocumentMeta,
+        valid_as_of: str = "",
+        *,
+        in_transaction: Callable[[Any], None] | None = None,
+    ) -> int:
         """Chunk ``text`` and store it as the new version of ``meta.doc_id``; returns chunks written.
 
         Returns 0 when the document is unchanged. Raises ``ValueError`` for bad text or metadata; on error
-        the previously stored version stays active.
+        the previously stored version stays active. ``in_transaction(conn)`` runs inside the store's write
+        transaction (see ``ChunkStore.replace_doc_chunks``).
         """
         if not isinstance(meta, DocumentMeta):
             raise ValueError(f"meta must be a DocumentMeta, got {type(meta).__name__}")
         chunks = self.chunker(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
-        written = self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
+        written = self._replace(meta.doc_id, chunks, valid_as_of, in_transaction)
         self.sync()
         return written
 
@@ -158,12 +166,24 @@ class NarrativeIndex:
         self.sync()
         return written
 
-    def withdraw(self, doc_id: str) -> int:
-        """Withdraw a document from the active set; returns the number of chunks it had (0 if unknown)."""
+    def withdraw(self, doc_id: str, *, in_transaction: Callable[[Any], None] | None = None) -> int:
+        """Withdraw a document from the active set; returns the number of chunks it had (0 if unknown).
+        ``in_transaction(conn)`` as in ``ingest``."""
+        self.sync()
         known = len(self._doc_chunks.get(doc_id, ()))
-        self.store.replace_doc_chunks(doc_id, [])
+        self._replace(doc_id, [], "", in_transaction)
         self.sync()
         return known
+
+    def _replace(
+        self, doc_id: str, chunks: list[Chunk], valid_as_of: str, in_transaction: Callable[[Any], None] | None
+    ) -> int:
+        if in_transaction is None:  # stores without the hook (test doubles) keep working
+            return self.store.replace_doc_chunks(doc_id, chunks, valid_as_of=valid_as_of)
+        store: Any = self.store  # ChunkStore / PgChunkStore: the hook is not part of the minimal protocol
+        return int(
+            store.replace_doc_chunks(doc_id, chunks, valid_as_of=valid_as_of, in_transaction=in_transaction)
+        )
 
     def warm(self) -> None:
         """Bring the index up to date and compute all chunk vectors / sparse encodings ahead of queries."""

@@ -1,6 +1,16 @@
 """One retrieval pipeline for every caller: ``RetrieveRequest`` → ``RetrievalPipeline.run`` →
-``RetrieveReport`` (and, on the write side, ``LibraryWriter`` / ``ingest_documents``)."""
+``RetrieveReport``; on the write side ``IngestDocument`` → ``ingest_documents`` / ``withdraw_document``."""
 
+from ragspine.retrieval.pipeline.ingest import (
+    IndexTarget,
+    IngestDocument,
+    IngestOutcome,
+    IngestTarget,
+    WithdrawOutcome,
+    ingest_documents,
+    replace_document,
+    withdraw_document,
+)
 from ragspine.retrieval.pipeline.pipeline import DeadlineScope, RetrievalPipeline
 from ragspine.retrieval.pipeline.report import RetrieveReport
 from ragspine.retrieval.pipeline.request import MODES, RetrieveRequest
@@ -17,6 +27,10 @@ __all__ = [
     "MODES",
     "DeadlineScope",
     "IndexLibrary",
+    "IndexTarget",
+    "IngestDocument",
+    "IngestOutcome",
+    "IngestTarget",
     "LibrarySource",
     "NarrativeRetriever",
     "PipelineState",
@@ -26,6 +40,10 @@ __all__ = [
     "RetrieverLibrary",
     "SnippetPostprocessor",
     "Stage",
+    "WithdrawOutcome",
     "default_stages",
+    "ingest_documents",
+    "replace_document",
     "to_snippet",
+    "withdraw_document",
 ]

@@ -137,13 +137,14 @@ def _typed(state: PipelineState) -> MetadataFilter | None:
 
 class TextChannelStage:
     """Per library: the index's channels, fusion and rerank, then RESTRICTED exit #2 (a RESTRICTED result
-    never becomes a snippet dict). Collects degraded stages, timings and ``partial``/``pending``."""
+    never becomes a snippet dict). Collects degraded stages, timings and ``partial``/``pending``. In
+    ``visual`` mode it runs only when the page channel failed, so the caller still gets an answer."""
 
     name = "text"
 
     def run(self, state: PipelineState) -> None:
-        if not state.request.text:
-            return
+        if not state.request.text and state.visual is not None:
+            return  # visual mode answered by pages; when the page channel failed, text answers instead
         for source in state.sources:
             state.rankings.append((source.library_id, self._search(state, source)))
 
@@ -151,7 +152,8 @@ class TextChannelStage:
     def _search(state: PipelineState, source: LibrarySource) -> list[dict[str, Any]]:
         request = state.request
         if isinstance(source, RetrieverLibrary):
-            return source.retriever.retrieve(state.query, filters=request.filters, top_k=request.top_k)
+            filters: Any = request.filters  # a caller-facing retriever takes what its caller was given
+            return source.retriever.retrieve(state.query, filters=filters, top_k=request.top_k)
         index = source.index(lexical=request.lexical)
         kwargs: dict[str, Any] = dict(state.keyword)
         if request.rerank_top_n is not None:

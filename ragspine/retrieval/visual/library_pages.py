@@ -1,11 +1,14 @@
 """The visual side of a library: rendered PDF pages, their multi-vectors and page leads.
 
-Each library keeps its pages beside its chunk store: a SQLite file ``{library_id}.pages.db`` under the
-data folder, or, with a PostgreSQL store of record, the ``visual_pages`` table of the library's schema
-(``PgVisualPageStore``), shared by every replica and kept across pod restarts. Page multi-vectors persist
-there: a restarted front, or a new worker, needs no re-embedding. Before each search the in-memory index
-compares the store's ``version()`` with the one it was built at and re-reads the stored vectors when
-another replica (or process) changed the pages.
+Each library keeps its pages in the same database as its chunks: the ``visual_pages`` table of its SQLite
+file ``{library_id}.sqlite`` under the data folder (a former ``{library_id}.pages.db`` is folded in on
+open), or, with a PostgreSQL store of record, the ``visual_pages`` table of the library's schema
+(``PgVisualPageStore``), shared by every replica and kept across pod restarts. One database means one
+transaction: a document's new pages and new chunks become visible together and the old version's
+chunks and pages stop being served together (``ragspine.retrieval.pipeline.ingest``). Page
+multi-vectors persist there: a restarted front, or a new worker, needs no re-embedding. Before each search
+the in-memory index compares the store's ``version()`` with the one it was built at and re-reads the
+stored vectors when another replica (or process) changed the pages.
 
 What goes to the encoder (in split mode: the model worker) is decided here and nowhere else:
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +43,31 @@ from ragspine.retrieval.visual.pages import PageRecord, page_locator, render_pdf
 
 log = logging.getLogger(__name__)
 
+# Where pages used to live, beside the chunk file; folded into the chunk file when found.
 PAGES_SUFFIX = ".pages.db"
+CHUNKS_SUFFIX = ".sqlite"
 DEFAULT_PAGE_DPI = 100
 _PDF_MAGIC = b"%PDF-"
 
 
 def pages_path(root: Path, library_id: str) -> Path:
-    """Where ``library_id`` keeps its page store: ``{root}/{library_id}.pages.db``."""
+    """Where ``library_id`` keeps its page store: its chunk file ``{root}/{library_id}.sqlite``."""
+    return root / f"{library_id}{CHUNKS_SUFFIX}"
+
+
+def legacy_pages_path(root: Path, library_id: str) -> Path:
+    """Where releases before the shared file kept ``library_id``'s pages: ``{root}/{library_id}.pages.db``."""
     return root / f"{library_id}{PAGES_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class PreparedPages:
+    """A document's new pages, embedded and validated, not yet written (``LibraryPages.prepare``)."""
+
+    doc_id: str
+    records: tuple[PageRecord, ...]
+    fresh: Mapping[int, np.ndarray]
+    reused: int
 
 
 def is_pdf(data: bytes, *, filename: str = "", mime_type: str = "") -> bool:
@@ -122,6 +143,30 @@ class LibraryPages:
         self._index: VisualPageIndex | None = None
         self._index_version = -1  # store version the index was built at
         self.last_reused = 0  # pages the last replace_doc kept without embedding them again
+        if isinstance(self.store, VisualPageStore) and self.db_path.endswith(CHUNKS_SUFFIX):
+            self._fold_legacy(Path(self.db_path))
+
+    def _fold_legacy(self, chunk_file: Path) -> None:
+        legacy = legacy_pages_path(chunk_file.parent, chunk_file.name[: -len(CHUNKS_SUFFIX)])
+        if not legacy.is_file():
+            return
+        assert isinstance(self.store, VisualPageStore)
+        copied = self.store.import_from(legacy)
+        legacy.rename(legacy.with_name(legacy.name + ".migrated"))
+        log.info("library %s: %d page(s) moved from %s into %s", self.library_id, copied, legacy, chunk_file)
+
+    def shares_database(self, chunk_store: Any) -> bool:
+        """True when this library's pages live in ``chunk_store``'s database, so one transaction can write
+        both (SQLite: the same file; PostgreSQL: the same database and schema)."""
+        path = getattr(chunk_store, "path", None)
+        if isinstance(self.store, VisualPageStore) and isinstance(path, str) and path != ":memory:":
+            return Path(path).resolve() == Path(self.db_path).resolve()
+        same = ("_dsn", "_schema")
+        return all(
+            getattr(self.store, name, None) is not None
+            and getattr(self.store, name) == getattr(chunk_store, name, 0)
+            for name in same
+        )
 
     def close(self) -> None:
         self.store.close()
@@ -141,20 +186,21 @@ class LibraryPages:
     def has_doc(self, doc_id: str) -> bool:
         return self.store.get(page_locator(doc_id, 1), library=self.library_id) is not None
 
-    def replace_doc(self, records: Sequence[PageRecord], *, doc_id: str) -> int:
-        """Make ``records`` the stored pages of ``doc_id``; returns the pages stored.
+    def prepare(self, records: Sequence[PageRecord], *, doc_id: str, reuse: bool = True) -> PreparedPages:
+        """Embed what ``replace_doc`` would write, writing nothing.
 
         Only pages whose rendered image changed (or that this encoder has not embedded) are sent to the
-        encoder; an unchanged page keeps its stored vectors (``last_reused`` counts them). Embeds first:
-        when the encoder fails (``BackendUnavailableError``, ``ValueError``) nothing stored changes.
-        RESTRICTED records are dropped before the encoder sees them; a RESTRICTED document thus ends with
-        no pages (its earlier version's pages are removed).
+        encoder; an unchanged page keeps its stored vectors. RESTRICTED records are dropped before the
+        encoder sees them, so a RESTRICTED document prepares to no pages at all. Raises
+        ``BackendUnavailableError``-like errors from the encoder, or ``ValueError`` for a record of another
+        document or library, or an encoder that answers with the wrong number of pages. ``reuse=False``
+        embeds every page (for a write that deletes the stored pages first).
         """
         allowed = [r for r in records if not is_restricted(r.sensitivity)]
         for record in allowed:
             if record.doc_id != doc_id or record.library != self.library_id:
                 raise ValueError(f"page {record.locator} does not belong to {self.library_id}/{doc_id}")
-        stored = self.store.page_digests(doc_id, library=self.library_id)
+        stored = self.store.page_digests(doc_id, library=self.library_id) if allowed and reuse else {}
         embed = [
             r
             for r in allowed
@@ -165,26 +211,61 @@ class LibraryPages:
         vectors: list[np.ndarray] = self.encoder.embed_pages([r.image for r in embed]) if embed else []
         if len(vectors) != len(embed):
             raise ValueError(f"encoder returned {len(vectors)} pages for {len(embed)} images")
-        self.last_reused = len(allowed) - len(embed)
-        if not allowed and not stored:
+        fresh = {r.page: v for r, v in zip(embed, vectors, strict=True)}
+        return PreparedPages(doc_id, tuple(allowed), fresh, len(allowed) - len(embed))
+
+    def write_in(self, conn: Any, prepared: PreparedPages) -> int:
+        """Make ``prepared`` the stored pages of its document on ``conn``, inside a transaction the caller
+        owns (the chunk store's, see ``shares_database``); an empty ``prepared`` removes every page.
+        Returns the pages stored. Call ``invalidate`` after the transaction committed."""
+        if not prepared.records:
+            self.store.delete_doc_in(conn, prepared.doc_id, library=self.library_id)
             return 0
-        written = self.store.replace_doc(
-            doc_id,
-            allowed,
-            {r.page: v for r, v in zip(embed, vectors, strict=True)},
+        return self.store.replace_doc_in(
+            conn,
+            prepared.doc_id,
+            prepared.records,
+            prepared.fresh,
             encoder=self.encoder.name,
             library=self.library_id,
         )
-        with self._lock:
-            self._index = None  # re-hydrated from the store on the next query
+
+    def write(self, prepared: PreparedPages) -> int:
+        """``write_in`` in a transaction of the page store's own (when it has no shared database)."""
+        if not prepared.records:
+            self.remove_doc(prepared.doc_id)
+            return 0
+        written = self.store.replace_doc(
+            prepared.doc_id,
+            prepared.records,
+            prepared.fresh,
+            encoder=self.encoder.name,
+            library=self.library_id,
+        )
+        self.invalidate()
         return written
+
+    def invalidate(self) -> None:
+        """Drop the in-memory index; the next query rebuilds it from the store (nothing is re-embedded)."""
+        with self._lock:
+            self._index = None
+
+    def replace_doc(self, records: Sequence[PageRecord], *, doc_id: str) -> int:
+        """Make ``records`` the stored pages of ``doc_id``; returns the pages stored.
+
+        ``prepare`` (embeds only what changed; ``last_reused`` counts the rest) then ``write``. When the
+        encoder fails nothing stored changes. RESTRICTED records are dropped before the encoder sees them;
+        a RESTRICTED document thus ends with no pages (its earlier version's pages are removed).
+        """
+        prepared = self.prepare(records, doc_id=doc_id)
+        self.last_reused = prepared.reused
+        return self.write(prepared)
 
     def remove_doc(self, doc_id: str) -> int:
         """Delete every stored page of ``doc_id``; returns how many were removed."""
         removed = self.store.delete_doc(doc_id, library=self.library_id)
         if removed:
-            with self._lock:
-                self._index = None
+            self.invalidate()
         return removed
 
     def search(self, query: str, *, k: int, mfilter: MetadataFilter | None = None) -> list[PageLead]:
