@@ -193,3 +193,25 @@ def test_multi_index_runs_the_pipeline(tmp_path: Path, corpus_index: NarrativeIn
             (s["library_id"], s["chunk_id"]) for s in theirs
         ]
         assert all("library_fused" in s["scores"] for s in ours)
+
+
+def test_snippets_of_equals_to_snippet_and_drops_restricted(corpus_index: NarrativeIndex) -> None:
+    from dataclasses import replace
+
+    from ragspine.retrieval.lexical.types import RetrievalResult
+    from ragspine.retrieval.pipeline.snippets import snippets_of, to_snippet
+
+    chunks = list(corpus_index.store.iter_chunks())[:12]
+    secret = replace(chunks[0], chunk_id="secret", sensitivity=" Restricted")
+    results = [
+        RetrievalResult(c, 1.5, 0.25, 0.1, sparse_score=0.3 if i % 2 else None, rerank_score=i or None)
+        for i, c in enumerate([*chunks, secret])
+    ]
+    for library_id in (None, "lib"):
+        for _ in range(2):  # the second pass is served from the per-chunk templates
+            assert snippets_of(results, library_id=library_id) == [
+                to_snippet(r, library_id=library_id) for r in results[:-1]
+            ]
+    # A template is tied to its chunk object: a new version of a chunk id gets its own.
+    edited = replace(chunks[1], text="edited text")
+    assert snippets_of([RetrievalResult(edited, 0.0, 0.0, 0.0)])[0]["text"] == "edited text"

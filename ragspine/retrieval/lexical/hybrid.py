@@ -305,8 +305,13 @@ class HybridRetriever:
                     rankings.append([cid for cid, _ in sparse_hits])
                     sparse = dict(sparse_hits)
                 report.timings_ms["sparse"] = (time.perf_counter() - t3) * 1000.0
-            fused = rrf_fuse(rankings, k=self.rrf_k)
-            order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            if len(rankings) == 1 and len(set(rankings[0])) == len(rankings[0]):
+                # One ranking of distinct ids: its RRF scores fall strictly with rank, so fusing and
+                # sorting would only reproduce it. Same scores as rrf_fuse (1.0 / (k + rank)).
+                order = [(cid, 1.0 / (self.rrf_k + rank)) for rank, cid in enumerate(rankings[0][:k], 1)]
+            else:
+                fused = rrf_fuse(rankings, k=self.rrf_k)
+                order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
             report.results = [
                 RetrievalResult(
                     chunk=self._chunks[cid],

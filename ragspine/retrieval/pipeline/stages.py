@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ragspine.retrieval.constants import DEFAULT_RRF_K, is_restricted
+from ragspine.retrieval.constants import DEFAULT_RRF_K
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
 from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
-from ragspine.retrieval.pipeline.snippets import to_snippet
+from ragspine.retrieval.pipeline.snippets import restricted_label, snippets_of
 from ragspine.retrieval.pipeline.sources import LibrarySource, RetrieverLibrary
 from ragspine.retrieval.routing.router import LibraryRouter, RoutableLibrary
 from ragspine.retrieval.visual.fusion import fuse_text_and_visual
@@ -165,13 +165,8 @@ class TextChannelStage:
             report = index.retrieve_report(state.query, top_k=request.top_k, rerank=request.rerank)
             state.retried_without_filters = True
         t0 = time.perf_counter()
-        library_id = source.library_id or None
         # RESTRICTED exit #2: dropped before any snippet dict is produced.
-        snippets = [
-            to_snippet(r, library_id=library_id)
-            for r in report.results
-            if not is_restricted(r.chunk.sensitivity)
-        ]
+        snippets = snippets_of(report.results, library_id=source.library_id or None)
         for stage in report.degraded:
             state.degrade(stage, report.errors.get(stage, "") if hasattr(report, "errors") else "")
         state.add_timings(report.timings_ms)
@@ -245,12 +240,10 @@ class RestrictedExitStage:
 
     def run(self, state: PipelineState) -> None:
         snippets = state.snippets
-        for s in snippets:
-            if is_restricted(s.get("sensitivity", "")):
-                break
-        else:
+        # Labels are few: check each distinct one once.
+        if not any(restricted_label(label) for label in {s.get("sensitivity", "") for s in snippets}):
             return
-        safe = [s for s in snippets if not is_restricted(s.get("sensitivity", ""))]
+        safe = [s for s in snippets if not restricted_label(s.get("sensitivity", ""))]
         state.restricted_dropped += len(snippets) - len(safe)
         log.error(
             "%d RESTRICTED snippet(s) reached the pipeline's final exit; dropped", len(snippets) - len(safe)
