@@ -269,3 +269,17 @@ def test_bad_documents_are_refused_before_anything_changes(library: Library) -> 
     with pytest.raises(ValueError, match="has no pages"):
         replace_document(no_pages, IngestDocument(_public(), pdf=make_image_only_pdf(1)))
     assert stale_text_served(library)
+
+
+def test_the_front_catalog_keeps_pages_in_the_chunk_file(tmp_path: Path) -> None:
+    from ragspine.settings import Settings
+    from ragspine_services.front.libraries import LibraryCatalog
+
+    catalog = LibraryCatalog(Settings(data_dir=str(tmp_path)), visual_encoder=WordEncoder())
+    try:
+        library = catalog.get("filings", create=True)
+        pages = library.pages(create=True)
+        assert pages is not None and pages.shares_database(library.store)
+        assert Path(pages.db_path).name == "filings.sqlite"
+    finally:
+        catalog.close()

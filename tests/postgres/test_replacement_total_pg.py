@@ -66,3 +66,21 @@ def test_failure_inside_the_transaction_rolls_back_both(
     with pytest.raises(RuntimeError):
         replace_document(target, IngestDocument(DocumentMeta("d1"), pdf=make_image_only_pdf(3)))
     assert _served(index, pages) == (["d1#c0"], [1])
+
+
+def test_the_front_catalog_opens_pages_in_the_chunk_transaction(pg_dsn: str, tmp_path: Any) -> None:
+    from ragspine.settings import Settings
+    from ragspine_services.front.libraries import LibraryCatalog
+
+    catalog = LibraryCatalog(Settings(store_dsn=pg_dsn, data_dir=str(tmp_path)), visual_encoder=WordEncoder())
+    try:
+        library = catalog.get("filings", create=True)
+        pages = library.pages(create=True)
+        assert pages is not None and pages.shares_database(library.store)
+        replace_document(library, IngestDocument(DocumentMeta("d1"), text=OLD, pdf=make_text_pdf(["p"])))
+        replace_document(
+            library, IngestDocument(DocumentMeta("d1", sensitivity="RESTRICTED"), pdf=make_image_only_pdf(1))
+        )
+        assert _served(library.writer(), pages) == ([], [])
+    finally:
+        catalog.close()
