@@ -53,7 +53,7 @@ def to_snippet(result: RetrievalResult, *, library_id: str | None = None) -> dic
 # long as that object answers (keyed by id(), checked by identity; the entry holds the chunk, so its id
 # cannot be reused while cached). Bounded: cleared when full.
 _TEMPLATES: dict[int, tuple[Any, dict[str, Any], bool]] = {}
-_MAX_TEMPLATES = 200_000
+_MAX_TEMPLATES = 50_000  # ~0.7 KB each (the strings are the chunk's own): at most ~35 MB
 _LABELS: dict[str, bool] = {}
 
 
