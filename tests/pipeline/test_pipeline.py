@@ -215,3 +215,16 @@ def test_snippets_of_equals_to_snippet_and_drops_restricted(corpus_index: Narrat
     # A template is tied to its chunk object: a new version of a chunk id gets its own.
     edited = replace(chunks[1], text="edited text")
     assert snippets_of([RetrievalResult(edited, 0.0, 0.0, 0.0)])[0]["text"] == "edited text"
+
+
+def test_fast_result_constructor_builds_the_same_frozen_object(corpus_index: NarrativeIndex) -> None:
+    import dataclasses
+
+    from ragspine.retrieval.lexical.types import RetrievalResult
+
+    chunk = next(iter(corpus_index.store.iter_chunks()))
+    for args in ((chunk, 1.5, 0.0, 0.1), (chunk, 1.5, 0.2, 0.1, 0.3, 0.9)):
+        fast, slow = RetrievalResult.of(*args), RetrievalResult(*args)
+        assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            fast.bm25_score = 2.0  # type: ignore[misc]

@@ -312,13 +312,15 @@ class HybridRetriever:
             else:
                 fused = rrf_fuse(rankings, k=self.rrf_k)
                 order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            chunks = self._chunks
+            make = RetrievalResult.of
             report.results = [
-                RetrievalResult(
-                    chunk=self._chunks[cid],
-                    bm25_score=bm25.get(cid, 0.0),
-                    vector_score=vector.get(cid, 0.0),
-                    fused_score=score,
-                    sparse_score=None if sparse is None else sparse.get(cid, 0.0),
+                make(
+                    chunks[cid],
+                    bm25.get(cid, 0.0),
+                    vector.get(cid, 0.0),
+                    score,
+                    None if sparse is None else sparse.get(cid, 0.0),
                 )
                 for cid, score in order
             ]
