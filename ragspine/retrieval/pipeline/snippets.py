@@ -48,12 +48,6 @@ def to_snippet(result: RetrievalResult, *, library_id: str | None = None) -> dic
     return snippet
 
 
-# Chunk → (chunk, provenance template, restricted?) for chunks recently turned into snippets. Chunks are
-# frozen and the retriever keeps one object per active chunk, so the template built once is reused for as
-# long as that object answers (keyed by id(), checked by identity; the entry holds the chunk, so its id
-# cannot be reused while cached). Bounded: cleared when full.
-_TEMPLATES: dict[int, tuple[Any, dict[str, Any], bool]] = {}
-_MAX_TEMPLATES = 50_000  # ~0.7 KB each (the strings are the chunk's own): at most ~35 MB
 _LABELS: dict[str, bool] = {}
 
 
@@ -69,42 +63,8 @@ def restricted_label(label: object) -> bool:
     return known
 
 
-def _template(chunk: Any) -> tuple[Any, dict[str, Any], bool]:
-    entry = _TEMPLATES.get(id(chunk))
-    if entry is not None and entry[0] is chunk:
-        return entry
-    snippet = to_snippet(RetrievalResult(chunk, 0.0, 0.0, 0.0))
-    del snippet["scores"]
-    entry = (chunk, snippet, restricted_label(chunk.sensitivity))
-    if len(_TEMPLATES) >= _MAX_TEMPLATES:
-        _TEMPLATES.clear()
-    _TEMPLATES[id(chunk)] = entry
-    return entry
-
-
 def snippets_of(results: Sequence[RetrievalResult], *, library_id: str | None = None) -> list[dict[str, Any]]:
-    """``to_snippet`` for every result that is not RESTRICTED (RESTRICTED exit #2), in order.
-
-    Equal to ``[to_snippet(r, library_id=library_id) for r in results if not is_restricted(...)]``, built
-    from a per-chunk provenance template so a query pays one dict copy per snippet, not fifteen lookups.
-    """
-    out = []
-    templates = _TEMPLATES
-    for r in results:
-        chunk = r.chunk
-        entry = templates.get(id(chunk))
-        if entry is None or entry[0] is not chunk:
-            entry = _template(chunk)
-        if entry[2]:
-            continue
-        snippet = entry[1].copy()
-        scores = {"bm25": float(r.bm25_score), "vector": float(r.vector_score), "fused": float(r.fused_score)}
-        if r.sparse_score is not None:
-            scores["sparse"] = float(r.sparse_score)
-        if r.rerank_score is not None:
-            scores["rerank"] = float(r.rerank_score)
-        snippet["scores"] = scores
-        if library_id is not None:
-            snippet["library_id"] = library_id
-        out.append(snippet)
-    return out
+    """``to_snippet`` for every result that is not RESTRICTED (RESTRICTED exit #2), in order."""
+    return [
+        to_snippet(r, library_id=library_id) for r in results if not restricted_label(r.chunk.sensitivity)
+    ]
