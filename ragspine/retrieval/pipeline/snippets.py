@@ -48,23 +48,6 @@ def to_snippet(result: RetrievalResult, *, library_id: str | None = None) -> dic
     return snippet
 
 
-_LABELS: dict[str, bool] = {}
-
-
-def restricted_label(label: object) -> bool:
-    """``is_restricted`` with the answer for each distinct label string remembered (labels are few)."""
-    if type(label) is not str:
-        return is_restricted(label)
-    known = _LABELS.get(label)
-    if known is None:
-        known = is_restricted(label)
-        if len(_LABELS) < 4096:
-            _LABELS[label] = known
-    return known
-
-
 def snippets_of(results: Sequence[RetrievalResult], *, library_id: str | None = None) -> list[dict[str, Any]]:
     """``to_snippet`` for every result that is not RESTRICTED (RESTRICTED exit #2), in order."""
-    return [
-        to_snippet(r, library_id=library_id) for r in results if not restricted_label(r.chunk.sensitivity)
-    ]
+    return [to_snippet(r, library_id=library_id) for r in results if not is_restricted(r.chunk.sensitivity)]

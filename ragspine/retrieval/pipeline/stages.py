@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ragspine.retrieval.constants import DEFAULT_RRF_K
+from ragspine.retrieval.constants import DEFAULT_RRF_K, is_restricted
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
 from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
-from ragspine.retrieval.pipeline.snippets import restricted_label, snippets_of
+from ragspine.retrieval.pipeline.snippets import snippets_of
 from ragspine.retrieval.pipeline.sources import LibrarySource, RetrieverLibrary
 from ragspine.retrieval.routing.router import LibraryRouter, RoutableLibrary
 from ragspine.retrieval.visual.fusion import fuse_text_and_visual
@@ -241,9 +241,9 @@ class RestrictedExitStage:
     def run(self, state: PipelineState) -> None:
         snippets = state.snippets
         # Labels are few: check each distinct one once.
-        if not any(restricted_label(label) for label in {s.get("sensitivity", "") for s in snippets}):
+        if not any(is_restricted(label) for label in {str(s.get("sensitivity", "")) for s in snippets}):
             return
-        safe = [s for s in snippets if not restricted_label(s.get("sensitivity", ""))]
+        safe = [s for s in snippets if not is_restricted(s.get("sensitivity", ""))]
         state.restricted_dropped += len(snippets) - len(safe)
         log.error(
             "%d RESTRICTED snippet(s) reached the pipeline's final exit; dropped", len(snippets) - len(safe)
