@@ -240,8 +240,7 @@ class RestrictedExitStage:
 
     def run(self, state: PipelineState) -> None:
         snippets = state.snippets
-        # Labels are few: check each distinct one once.
-        if not any(is_restricted(label) for label in {str(s.get("sensitivity", "")) for s in snippets}):
+        if not any(is_restricted(s.get("sensitivity", "")) for s in snippets):
             return
         safe = [s for s in snippets if not is_restricted(s.get("sensitivity", ""))]
         state.restricted_dropped += len(snippets) - len(safe)
