@@ -5,7 +5,11 @@ Stages, each timed over the same judged queries:
   raw          our InvertedIndex.search on pre-tokenised queries (top 100)
   search       HybridRetriever.search (tokenising, filters, RRF, RetrievalResult objects)
   retrieve     NarrativeIndex.retrieve (store change-log check, glossary multi-query)
-  snippets     NarrativeIndexRetriever.retrieve (exit #2, snippet dicts with provenance)
+  snippets     NarrativeIndexRetriever.retrieve: the whole retrieval pipeline (ragspine.retrieval.pipeline:
+               request, route, channels, exit #2, snippet dicts with provenance, final exit, report)
+
+Rounds are interleaved (round 1 of every stage, then round 2, ...) and the best round per stage is kept, so
+a machine whose load changes during the run biases every stage alike.
 
 Usage: python bench/retrieve.py [--data ../shared/data/scifact] [--mode bm25|hybrid] [--json]
 """
@@ -35,16 +39,20 @@ from ragspine.settings import Settings  # noqa: E402
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "scifact"
 
 
-def _qps(
-    fn: Callable[[str, list[str]], object], queries: Sequence[tuple[str, list[str]]], rounds: int
-) -> float:
-    best = 0.0
+Stage = Callable[[str, list[str]], object]
+
+
+def _qps_interleaved(
+    stages: dict[str, Stage], queries: Sequence[tuple[str, list[str]]], rounds: int
+) -> dict[str, float]:
+    """Best queries/s per stage over ``rounds`` rounds, one round of every stage after the other."""
+    best = dict.fromkeys(stages, 0.0)
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        for text, tokens in queries:
-            fn(text, tokens)
-        elapsed = time.perf_counter() - t0
-        best = max(best, len(queries) / elapsed)
+        for name, fn in stages.items():
+            t0 = time.perf_counter()
+            for text, tokens in queries:
+                fn(text, tokens)
+            best[name] = max(best[name], len(queries) / (time.perf_counter() - t0))
     return best
 
 
@@ -75,24 +83,30 @@ def main() -> int:
     ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in docs_tokens]
     peer = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
     peer.index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), show_progress=False)
-    peer_queries = [[vocab[t] for t in tokens if t in vocab] or [0] for _, tokens in queries]
-    peer_iter = iter(peer_queries * (args.rounds + 1))
+    peer_queries = {text: [vocab[t] for t in tokens if t in vocab] or [0] for text, tokens in queries}
 
-    def peer_search(_text: str, _tokens: list[str]) -> object:
-        return peer.retrieve([next(peer_iter)], k=100, show_progress=False, n_threads=1)
-
-    figures["bm25s_qps"] = _qps(peer_search, queries, args.rounds)
+    def peer_search(text: str, _tokens: list[str]) -> object:
+        return peer.retrieve([peer_queries[text]], k=100, show_progress=False, n_threads=1)
 
     with tempfile.TemporaryDirectory() as tmp, ChunkStore(Path(tmp) / "bench.db") as store:
         store.init_schema()
         index = assemble_index(store, Settings(retrieval_mode=args.mode), max_chars=1_000_000)
         figures["ingest_docs_per_s"] = ingest_dataset(index, dataset)
         lex = index.retriever._lex
-        figures["raw_qps"] = _qps(lambda _q, toks: lex.search(toks, 100), queries, args.rounds)
-        figures["search_qps"] = _qps(lambda q, _t: index.retriever.search(q, top_k=100), queries, args.rounds)
-        figures["retrieve_qps"] = _qps(lambda q, _t: index.retrieve(q, top_k=100), queries, args.rounds)
         link = NarrativeIndexRetriever(index)
-        figures["snippets_qps"] = _qps(lambda q, _t: link.retrieve(q, top_k=100), queries, args.rounds)
+        stages: dict[str, Stage] = {
+            "bm25s": peer_search,
+            "raw": lambda _q, toks: lex.search(toks, 100),
+            "search": lambda q, _t: index.retriever.search(q, top_k=100),
+            "retrieve": lambda q, _t: index.retrieve(q, top_k=100),
+            "snippets": lambda q, _t: link.retrieve(q, top_k=100),
+        }
+        for _ in range(2):  # warm-up: caches, first-call costs of every stage
+            for fn in stages.values():
+                for text, tokens in queries[:50]:
+                    fn(text, tokens)
+        for name, qps in _qps_interleaved(stages, queries, args.rounds).items():
+            figures[f"{name}_qps"] = qps
 
     if args.json:
         print(json.dumps(figures, sort_keys=True))

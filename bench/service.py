@@ -2,14 +2,18 @@
 
 For each setup the script ingests SciFact once into a scratch data folder, starts real servers as
 subprocesses on loopback, and measures:
-  in-process   NarrativeIndexRetriever.retrieve_report on the same store, one query at a time
+  in-process   the retrieval pipeline the servicer runs (RetrievalPipeline over the library, the same
+               RetrieveRequest), in the benchmark process on the same store, models in-process
+  in-process+worker   (split-hybrid only) the same, wired like the front (build_front_parts): the query is
+               embedded by the same worker process over gRPC, so only the client→front hop is left out
   grpc c=N     RetrievalService.Retrieve from an asyncio client keeping N calls in flight
 Setups:
   laptop-lexical   `ragspine serve all`, BM25 only
   split-hybrid     `ragspine serve worker` + `ragspine serve front`, BM25 + dense (deterministic backend
                    on the worker), i.e. every query makes one front→worker Embed call
 Printed per row: p50 / p99 latency (ms), throughput (queries/s), errors; and the gRPC p50 overhead
-(c=1 minus in-process). Goal: overhead <= 1 ms at p50, zero errors at c=32.
+(c=1 minus in-process, and in split mode c=1 minus in-process+worker: the front tier's own cost). Goals:
+overhead <= 1 ms at p50 in laptop mode, <= 1.5 ms in split mode, zero errors at c=32.
 
 Usage: python bench/service.py [--data ../shared/data/scifact] [--queries 300] [--levels 1,8,32] [--json]
 """
@@ -31,6 +35,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -38,11 +43,12 @@ import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from ragspine.ingest import iter_beir_jsonl  # noqa: E402
-from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
+from ragspine.retrieval.pipeline import RetrievalPipeline, RetrieveRequest  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
 from ragspine_services.client import LocalFront  # noqa: E402
 from ragspine_services.front.libraries import LibraryCatalog  # noqa: E402
+from ragspine_services.front.server import build_front_parts  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "scifact"
 LIBRARY = "scifact"
@@ -89,22 +95,38 @@ def _stats(latencies_ms: list[float], elapsed_s: float, errors: int) -> dict[str
     }
 
 
-def in_process(settings: Settings, queries: list[str]) -> dict[str, float]:
-    """The domain call the front's servicer makes, without gRPC, one query at a time."""
-    catalog = LibraryCatalog(settings)
-    index = catalog.get(LIBRARY).index()
-    retriever = NarrativeIndexRetriever(index, retry_without_filters=False)
+def _time_pipeline(catalog: LibraryCatalog, queries: list[str]) -> dict[str, float]:
+    """The servicer's domain call, without gRPC, one query at a time."""
+    pipeline = RetrievalPipeline([catalog.get(LIBRARY)])
     for query in queries[:10]:  # warm-up: caches, lazily embedded chunk vectors
-        retriever.retrieve_report(query, top_k=TOP_K)
+        pipeline.run(RetrieveRequest(query, top_k=TOP_K))
     latencies = []
+    degraded = 0
     started = time.perf_counter()
     for query in queries:
         t0 = time.perf_counter()
-        retriever.retrieve_report(query, top_k=TOP_K)
+        report = pipeline.run(RetrieveRequest(query, top_k=TOP_K))
         latencies.append((time.perf_counter() - t0) * 1e3)
-    elapsed = time.perf_counter() - started
-    catalog.close()
-    return _stats(latencies, elapsed, 0)
+        degraded += bool(report.degraded)
+    return _stats(latencies, time.perf_counter() - started, degraded)
+
+
+def in_process(settings: Settings, queries: list[str]) -> dict[str, float]:
+    """The pipeline with in-process models (no worker, no gRPC)."""
+    catalog = LibraryCatalog(settings)
+    try:
+        return _time_pipeline(catalog, queries)
+    finally:
+        catalog.close()
+
+
+def in_process_via_worker(settings: Settings, queries: list[str]) -> dict[str, float]:
+    """The pipeline wired exactly like the front (worker clients included), minus the client→front hop."""
+    parts = build_front_parts(settings)
+    try:
+        return _time_pipeline(parts.catalog, queries)
+    finally:
+        parts.close()
 
 
 async def over_grpc(address: str, queries: list[str], concurrency: int, total: int) -> dict[str, float]:
@@ -188,6 +210,9 @@ def run_setup(name: str, data_dir: Path, queries: list[str], levels: list[int], 
         address = f"127.0.0.1:{front_port}"
         _wait_serving(address)
         rows: dict[str, Any] = {"in-process": in_process(settings, queries)}
+        if hybrid:
+            via_worker = replace(settings, worker_address=front_env["RAGSPINE_WORKER_ADDRESS"])
+            rows["in-process+worker"] = in_process_via_worker(via_worker, queries)
         for level in levels:
             rows[f"grpc c={level}"] = asyncio.run(over_grpc(address, queries, level, total))
         return rows
@@ -227,6 +252,9 @@ def main() -> None:
         c1 = rows.get("grpc c=1")
         if c1:
             print(f"gRPC overhead at p50 (c=1 minus in-process): {c1['p50_ms'] - base:+.2f} ms")
+            if "in-process+worker" in rows:
+                tier = c1["p50_ms"] - rows["in-process+worker"]["p50_ms"]
+                print(f"front tier at p50 (c=1 minus in-process+worker): {tier:+.2f} ms")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Evaluate the retrieval pipeline on a BEIR-layout folder through the public API.
 
 Documents are ingested with ``NarrativeIndex.ingest_many`` into a real SQLite chunk store, queries go
-through ``NarrativeIndexRetriever.retrieve`` (the same path callers use, exits included), chunk hits are
-collapsed to documents by their best chunk, and nDCG@10, Recall@100, MRR@10 and queries/s are reported.
+through the one retrieval pipeline (``ragspine.retrieval.pipeline``: the same stages, exits included, as
+``NarrativeIndexRetriever`` and the gRPC front), chunk hits are collapsed to documents by their best
+chunk, and nDCG@10, Recall@100, MRR@10 and queries/s are reported.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ragspine.eval.metrics import mrr_at_k, ndcg_at_k, recall_at_k
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
-from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
+from ragspine.retrieval.pipeline import IndexLibrary, RetrievalPipeline, RetrieveRequest
 
 
 @dataclass
@@ -129,14 +130,14 @@ def run_eval(
             docs_per_s = ingest_dataset(
                 index, dataset, progress=progress, language=language, title_in_text=title_in_text
             )
-            retriever = NarrativeIndexRetriever(index, retry_without_filters=False)
+            pipeline = RetrievalPipeline([IndexLibrary("", index)])
             totals = {"ndcg": 0.0, "recall": 0.0, "mrr": 0.0}
             degraded = 0
             bar = _progress(len(judged), f"queries {dataset.name}", progress)
             elapsed = 0.0
             for qid, text in judged:
                 t0 = time.perf_counter()
-                report = retriever.retrieve_report(text, top_k=top_docs * 3)
+                report = pipeline.run(RetrieveRequest(text, top_k=top_docs * 3))
                 elapsed += time.perf_counter() - t0
                 degraded += bool(report.degraded)
                 ranked: list[str] = []

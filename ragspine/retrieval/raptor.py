@@ -451,10 +451,12 @@ class RaptorRetriever:
         self,
         query: str,
         *,
-        filters: dict[str, str] | None = None,
+        filters: Any = None,
         top_k: int = DEFAULT_TOP_K,
         granularity: str | None = None,
-    ) -> list[dict[str, object]]:
+    ) -> list[dict[str, Any]]:
+        """Leaves from the base retriever (``filters``: a mapping or a ``MetadataFilter``, passed through)
+        fused with the tree's summaries; a filtered search keeps only summaries of documents it found."""
         name = self.granularity if granularity is None else normalize_granularity(granularity)
         leaves = self.base.retrieve(query, filters=filters, top_k=top_k)
         if name == "leaves":
@@ -467,7 +469,7 @@ class RaptorRetriever:
         summaries = [summary_snippet(h) for h in hits]
         if name == "summaries":
             return summaries[:top_k]
-        by_id: dict[str, dict[str, object]] = {}
+        by_id: dict[str, dict[str, Any]] = {}
         for s in [*leaves, *summaries]:
             by_id.setdefault(str(s["chunk_id"]), s)
         fused = rrf_fuse([[str(s["chunk_id"]) for s in leaves], [str(s["chunk_id"]) for s in summaries]])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import TracebackType
@@ -329,7 +329,14 @@ class PgChunkStore(VectorLedgerMixin):
 
     # ------------------------------------------------------------------ writes
 
-    def replace_doc_chunks(self, doc_id: str, chunks: Iterable[Chunk], valid_as_of: str = "") -> int:
+    def replace_doc_chunks(
+        self,
+        doc_id: str,
+        chunks: Iterable[Chunk],
+        valid_as_of: str = "",
+        *,
+        in_transaction: Callable[[Any], None] | None = None,
+    ) -> int:
         """Make ``chunks`` the active version of ``doc_id``; return the number of rows written.
 
         One transaction: version = highest version seen for the document + 1, previous rows inactive, new
@@ -338,15 +345,21 @@ class PgChunkStore(VectorLedgerMixin):
         an empty ``doc_id``, a chunk of another document, repeated chunk ids, wrong field types, or text
         with NUL characters.
         """
-        inserted, _ = self._replace(doc_id, chunks, valid_as_of)
+        inserted, _ = self._replace(doc_id, chunks, valid_as_of, in_transaction)
         return inserted
 
-    def withdraw(self, doc_id: str) -> int:
+    def withdraw(self, doc_id: str, *, in_transaction: Callable[[Any], None] | None = None) -> int:
         """Withdraw ``doc_id`` from the active set; returns how many chunks were active (0 if none)."""
-        _, deactivated = self._replace(doc_id, [], "")
+        _, deactivated = self._replace(doc_id, [], "", in_transaction)
         return deactivated
 
-    def _replace(self, doc_id: str, chunks: Iterable[Chunk], valid_as_of: str) -> tuple[int, int]:
+    def _replace(
+        self,
+        doc_id: str,
+        chunks: Iterable[Chunk],
+        valid_as_of: str,
+        in_transaction: Callable[[Any], None] | None = None,
+    ) -> tuple[int, int]:
         if not isinstance(doc_id, str) or not doc_id.strip():
             raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
         if not isinstance(valid_as_of, str):
@@ -361,6 +374,9 @@ class PgChunkStore(VectorLedgerMixin):
                 )
         with self._transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
+            if in_transaction is not None:
+                # Writes of the same database that must commit (or roll back) with this version.
+                in_transaction(conn)
             cur = conn.execute(
                 f"SELECT {', '.join(_CHUNK_FIELDS)}, valid_as_of FROM {_TABLE}"
                 " WHERE doc_id = %s AND active = 1",

@@ -222,43 +222,66 @@ class PgVisualPageStore:
         """
         check_replace_records(doc_id, records, library)
         with self._transaction() as conn:
-            # Locking the counter row first serialises every writer of this schema.
-            conn.execute("SELECT version FROM visual_pages_version WHERE id = 1 FOR UPDATE")
-            stored = {
-                int(page): enc
-                for page, enc in conn.execute(
-                    "SELECT page, encoder FROM visual_pages WHERE doc_id = %s AND library = %s",
-                    (doc_id, library),
-                ).fetchall()
-            }
-            plan = plan_replace(
-                doc_id,
-                records,
-                fresh,
-                stored,
-                encoder=encoder,
-                library=library,
-                dtype=self.dtype,
-                pool_factor=self.pool_factor,
-            )
-            _no_nul(plan.rows)
-            _no_nul(plan.updates)
-            with conn.cursor() as cur:
-                if plan.gone:
-                    cur.executemany(
-                        "DELETE FROM visual_pages WHERE library = %s AND doc_id = %s AND page = %s", plan.gone
-                    )
-                if plan.updates:
-                    cur.executemany(
-                        "UPDATE visual_pages SET sensitivity = %s, metadata = %s, text = %s "
-                        "WHERE library = %s AND doc_id = %s AND page = %s",
-                        plan.updates,
-                    )
-                if plan.rows:
-                    cur.executemany(_UPSERT, plan.rows)
-            if plan.gone or plan.updates or plan.rows:
-                conn.execute(_BUMP)
+            return self.replace_doc_in(conn, doc_id, records, fresh, encoder=encoder, library=library)
+
+    def replace_doc_in(
+        self,
+        conn: Any,
+        doc_id: str,
+        records: Sequence[PageRecord],
+        fresh: Mapping[int, np.ndarray],
+        *,
+        encoder: str,
+        library: str = "",
+    ) -> int:
+        """``replace_doc`` on ``conn`` (a connection to this store's schema) inside a transaction the caller
+        owns and commits, such as the library chunk store's write of the same document."""
+        check_replace_records(doc_id, records, library)
+        # Locking the counter row first serialises every writer of this schema.
+        conn.execute("SELECT version FROM visual_pages_version WHERE id = 1 FOR UPDATE")
+        stored = {
+            int(page): enc
+            for page, enc in conn.execute(
+                "SELECT page, encoder FROM visual_pages WHERE doc_id = %s AND library = %s",
+                (doc_id, library),
+            ).fetchall()
+        }
+        plan = plan_replace(
+            doc_id,
+            records,
+            fresh,
+            stored,
+            encoder=encoder,
+            library=library,
+            dtype=self.dtype,
+            pool_factor=self.pool_factor,
+        )
+        _no_nul(plan.rows)
+        _no_nul(plan.updates)
+        with conn.cursor() as cur:
+            if plan.gone:
+                cur.executemany(
+                    "DELETE FROM visual_pages WHERE library = %s AND doc_id = %s AND page = %s", plan.gone
+                )
+            if plan.updates:
+                cur.executemany(
+                    "UPDATE visual_pages SET sensitivity = %s, metadata = %s, text = %s "
+                    "WHERE library = %s AND doc_id = %s AND page = %s",
+                    plan.updates,
+                )
+            if plan.rows:
+                cur.executemany(_UPSERT, plan.rows)
+        if plan.gone or plan.updates or plan.rows:
+            conn.execute(_BUMP)
         return len(records)
+
+    def delete_doc_in(self, conn: Any, doc_id: str, *, library: str) -> int:
+        """``delete_doc`` on ``conn`` inside a transaction the caller owns (see ``replace_doc_in``)."""
+        cur = conn.execute("DELETE FROM visual_pages WHERE doc_id = %s AND library = %s", (doc_id, library))
+        removed = int(cur.rowcount)
+        if removed:
+            conn.execute(_BUMP)
+        return removed
 
     def delete_doc(self, doc_id: str, *, library: str | None = None) -> int:
         """Remove every page of ``doc_id`` (in ``library`` only, when given); returns the rows removed."""

@@ -1,5 +1,6 @@
 """Routing across libraries: per-router isolation and library_id provenance; routing failure searches all.
-Reverse proof: a leaky base retriever (no exit #2) is caught by the same isolation check.
+Reverse proof: a leaky base retriever (no exit #2) inside a pipeline whose final exit is switched off is
+caught by the same isolation check; with the final exit on, the leak is dropped (and counted).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever, to_snippet
+from ragspine.retrieval.pipeline.stages import RestrictedExitStage
 from ragspine.retrieval.routing.multi_index import LibraryIndex, MultiIndexRetriever
 from ragspine.retrieval.routing.router import KeywordLibraryRouter, make_library_router
 
@@ -96,9 +98,18 @@ def test_router_failure_searches_all(tmp_path: Path) -> None:
         assert {s["library_id"] for s in multi.retrieve("revenue")} == {"finance", "ops"}
 
 
-def test_reverse_proof_leaky_base_is_caught(tmp_path: Path) -> None:
+def test_reverse_proof_leaky_base_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both exits broken: the leaky base (no exit #2) and the pipeline's final exit a no-op.
+    monkeypatch.setattr(RestrictedExitStage, "run", lambda self, state: None)
     multi = MultiIndexRetriever(_libraries(tmp_path, leaky=True))
     assert isolation_problems(multi.retrieve("revenue"))
+
+
+def test_final_exit_drops_what_a_leaky_base_lets_through(tmp_path: Path) -> None:
+    multi = MultiIndexRetriever(_libraries(tmp_path, leaky=True))
+    report = multi.retrieve_report("revenue")
+    assert isolation_problems(report.snippets) == []
+    assert report.restricted_dropped == 1
 
 
 def test_bad_construction(tmp_path: Path) -> None:

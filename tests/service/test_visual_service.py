@@ -6,6 +6,7 @@ Retrieval quality of a random model is meaningless: tests check paths, provenanc
 from __future__ import annotations
 
 import re
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("pypdfium2")
 
+from ragspine.retrieval.pipeline import ingest as ingest_module
 from ragspine.retrieval.visual.encoders import ColQwen2Encoder
+from ragspine.retrieval.visual.library_pages import PreparedPages
 from ragspine.retrieval.visual.pages import render_pdf_pages
 from ragspine.retrieval.visual.random_models import save_tiny_model
 from ragspine.settings import Settings
@@ -31,7 +34,7 @@ from ragspine_services.worker.models import ModelFactories, ModelRegistry
 from ragspine_services.worker.server import start_worker
 from ragspine_services.worker.visual import encode_png
 from tests.service.helpers import SAMPLE, free_port
-from tests.visual.visual_helpers import make_text_pdf
+from tests.visual.visual_helpers import make_image_only_pdf, make_text_pdf
 
 pytestmark = pytest.mark.slow
 
@@ -240,12 +243,12 @@ def test_restricted_check_catches_a_front_that_renders_everything(
     def leaky_render(data: bytes, meta: Any, *, library_id: str, dpi: int) -> list[Any]:
         return render_pdf_pages(data, dpi=dpi, doc_id=meta.doc_id, library=library_id)
 
-    def leaky_replace(self: Any, records: Sequence[Any], *, doc_id: str) -> int:
+    def leaky_prepare(self: Any, records: Sequence[Any], *, doc_id: str, reuse: bool = True) -> Any:
         self.encoder.embed_pages([r.image for r in records])
-        return 0
+        return PreparedPages(doc_id, (), {}, 0)
 
-    monkeypatch.setattr(front_pages, "render_document_pages", leaky_render)
-    monkeypatch.setattr(front_pages.LibraryPages, "replace_doc", leaky_replace)
+    monkeypatch.setattr(ingest_module, "render_document_pages", leaky_render)
+    monkeypatch.setattr(front_pages.LibraryPages, "prepare", leaky_prepare)
     stack = make_stack()
     secret = make_text_pdf(SECRET_PAGES)
     _ingest(stack, _pdf_doc("nightjar", secret, sensitivity="RESTRICTED"))
@@ -300,7 +303,10 @@ def test_pages_persist_across_front_and_worker_restart(
     first.front.stop(0)
     first.parts.close()
     first.worker.stop(0)
-    assert (data_dir / "libraries" / "filings.pages.db").is_file()
+    # Pages live in the library's chunk file (one transaction for both), not in a file of their own.
+    assert not (data_dir / "libraries" / "filings.pages.db").exists()
+    with sqlite3.connect(data_dir / "libraries" / "filings.sqlite") as conn:
+        assert conn.execute("SELECT count(*) FROM visual_pages").fetchone()[0] == len(OPEN_PAGES)
 
     second = make_stack(data_dir=data_dir)  # a new front and a new worker over the same data folder
     after = [s.source_locator for s in _retrieve(second, "outlook", VISUAL, top_k=3).snippets]
@@ -404,6 +410,43 @@ def test_deleting_a_document_removes_its_pages(make_stack: Callable[..., Stack])
     stack.stub.DeleteDocument(retrieval_pb2.DeleteDocumentRequest(library="filings", doc_id="q3-report"))
     left = {s.doc_id for s in _retrieve(stack, "revenue", VISUAL, top_k=50).snippets}
     assert left == {"b"}
+
+
+def _old_text_served(stack: Stack) -> list[str]:
+    """The replaced PUBLIC text still answering, in lexical, hybrid or hybrid-visual mode."""
+    hits = []
+    for mode in (LEXICAL, retrieval_pb2.RETRIEVAL_MODE_HYBRID, HYBRID_VISUAL):
+        response = _retrieve(stack, "pumpkin orchard harvest", mode, top_k=20)
+        hits += [f"{mode}: {s.chunk_id}" for s in response.snippets if "pumpkin" in s.text]
+    return hits
+
+
+@pytest.mark.parametrize("sensitivity", ["PUBLIC", "RESTRICTED"])
+def test_text_re_ingested_as_an_image_only_pdf_is_replaced_totally(
+    make_stack: Callable[..., Stack], sensitivity: str
+) -> None:
+    stack = make_stack()
+    text = retrieval_pb2.Document(doc_id="memo", text="pumpkin orchard harvest notes", sensitivity="PUBLIC")
+    _ingest(stack, text)
+    assert _old_text_served(stack)  # the check sees the old version while it is current
+    result = _ingest(stack, _pdf_doc("memo", make_image_only_pdf(2), sensitivity=sensitivity)).results[0]
+    assert _old_text_served(stack) == []
+    assert result.pages_indexed == (0 if sensitivity == "RESTRICTED" else 2)
+    if sensitivity == "RESTRICTED":
+        assert stack.recorder.pages == [], "a RESTRICTED scan is never rendered, so never sent"
+
+
+def test_replacement_check_catches_a_front_that_keeps_old_text(
+    make_stack: Callable[..., Stack], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reverse proof: the old front skipped the text write for a text-less version.
+    from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+
+    monkeypatch.setattr(NarrativeIndex, "withdraw", lambda self, doc_id, **kwargs: 0)
+    stack = make_stack()
+    _ingest(stack, retrieval_pb2.Document(doc_id="memo", text="pumpkin orchard harvest notes"))
+    _ingest(stack, _pdf_doc("memo", make_image_only_pdf(1), sensitivity="RESTRICTED"))
+    assert _old_text_served(stack)
 
 
 def test_real_filing_pdf_from_the_shared_samples(make_stack: Callable[..., Stack], shared_data: Path) -> None:

@@ -90,3 +90,20 @@ class WordEncoder:
     def embed_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         self.query_inputs.extend(texts)
         return [self._embed(text) for text in texts]
+
+
+def make_image_only_pdf(n_pages: int = 2, *, width: int = 612, height: int = 792) -> bytes:
+    """A PDF whose pages carry drawings but no text layer at all (what a scan looks like to a parser)."""
+    page_ids = [3 + 2 * i for i in range(n_pages)]
+    objects: list[bytes] = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % p for p in page_ids), n_pages),
+    ]
+    for i in range(n_pages):
+        stream = b"0 0 0 rg %d 100 200 %d re f" % (72 + 30 * i, 100 + 40 * i)
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %d %d] /Contents %d 0 R >>"
+            % (width, height, page_ids[i] + 1)
+        )
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
+    return _pdf(objects)

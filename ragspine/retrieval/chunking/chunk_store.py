@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -365,7 +365,14 @@ class ChunkStore(VectorLedgerMixin):
 
     # ------------------------------------------------------------------ writes
 
-    def replace_doc_chunks(self, doc_id: str, chunks: Iterable[Chunk], valid_as_of: str = "") -> int:
+    def replace_doc_chunks(
+        self,
+        doc_id: str,
+        chunks: Iterable[Chunk],
+        valid_as_of: str = "",
+        *,
+        in_transaction: Callable[[Any], None] | None = None,
+    ) -> int:
         """Make ``chunks`` the active version of ``doc_id``; return the number of rows written.
 
         In one transaction: version = highest version seen for the document + 1, the previous rows become
@@ -375,19 +382,29 @@ class ChunkStore(VectorLedgerMixin):
 
         Raises ``ValueError``, writing nothing, when ``doc_id`` is empty, a chunk belongs to another
         document, chunk ids repeat, or a field has the wrong type.
+
+        ``in_transaction(conn)`` (optional) runs first inside the same transaction, on the same connection:
+        writes of other tables of this database (a document's pages) that must become visible, or roll
+        back, together with this version. An exception from it rolls everything back.
         """
-        inserted, _ = self._replace(doc_id, chunks, valid_as_of)
+        inserted, _ = self._replace(doc_id, chunks, valid_as_of, in_transaction)
         return inserted
 
-    def withdraw(self, doc_id: str) -> int:
+    def withdraw(self, doc_id: str, *, in_transaction: Callable[[Any], None] | None = None) -> int:
         """Withdraw ``doc_id`` from the active set (``replace_doc_chunks(doc_id, [])``).
 
         Returns the number of chunks that were active and no longer are (0 when none were).
         """
-        _, deactivated = self._replace(doc_id, [], "")
+        _, deactivated = self._replace(doc_id, [], "", in_transaction)
         return deactivated
 
-    def _replace(self, doc_id: str, chunks: Iterable[Chunk], valid_as_of: str) -> tuple[int, int]:
+    def _replace(
+        self,
+        doc_id: str,
+        chunks: Iterable[Chunk],
+        valid_as_of: str,
+        in_transaction: Callable[[Any], None] | None = None,
+    ) -> tuple[int, int]:
         if not isinstance(doc_id, str) or not doc_id.strip():
             raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
         if not isinstance(valid_as_of, str):
@@ -395,6 +412,9 @@ class ChunkStore(VectorLedgerMixin):
         new = list(chunks)
         wanted = self._validated_rows(doc_id, new, valid_as_of)
         with self._transaction() as conn:
+            if in_transaction is not None:
+                # Writes of the same database that must commit (or roll back) with this version.
+                in_transaction(conn)
             cur = conn.execute(
                 f"SELECT {', '.join(_CHUNK_FIELDS)}, valid_as_of FROM {_TABLE}"
                 " WHERE doc_id = ? AND active = 1",

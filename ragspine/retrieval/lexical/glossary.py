@@ -220,10 +220,28 @@ class GlossaryQueryRewriter:
             if _fold(form) in self._group_of:
                 continue
             self._group_of[_fold(form)] = group
-            head = "(?<![A-Za-z0-9])" if _ASCII_ALNUM.match(form[0]) else ""
             tail = "(?![A-Za-z0-9])" if _ASCII_ALNUM.match(form[-1]) else ""
-            alternatives.append(head + re.escape(form) + tail)
+            alternatives.append(re.escape(form) + tail)
+        # The word-edge check before a form is done in ``_matches``, not as a look-behind: alternatives that
+        # start with a literal let the regex engine skip ahead to positions where some form can start.
         self._pattern = re.compile("|".join(alternatives), re.IGNORECASE | re.ASCII) if alternatives else None
+
+    def _matches(self, query: str) -> list[re.Match[str]]:
+        """Non-overlapping form matches, left to right, longest form at each position; a form starting
+        with an ASCII letter or digit only where no letter or digit precedes it."""
+        assert self._pattern is not None
+        out = []
+        pos = 0
+        while (match := self._pattern.search(query, pos)) is not None:
+            start = match.start()
+            # Every form that can start at ``start`` begins with the same character, so when the edge
+            # check fails there, no form matches at ``start`` at all.
+            if start > 0 and _ASCII_ALNUM.match(query[start]) and _ASCII_ALNUM.match(query[start - 1]):
+                pos = start + 1
+                continue
+            out.append(match)
+            pos = match.end()
+        return out
 
     def rewrite(self, query: str) -> list[str]:
         """The original query followed by up to ``max_queries - 1`` code and synonym variants."""
@@ -233,7 +251,7 @@ class GlossaryQueryRewriter:
         if self._pattern is None or self.max_queries == 1:
             return out
         matches: list[tuple[int, int, str, list[str]]] = []  # (start, end, code, synonyms)
-        for match in self._pattern.finditer(query):
+        for match in self._matches(query):
             surface = _fold(match.group(0))
             group = self._group_of[surface]
             synonyms = [form for form in group.aliases if _fold(form) != surface]

@@ -469,15 +469,22 @@ class HybridRetriever:
                 report.timings_ms["sparse"] = sparse_ms + (time.perf_counter() - t3) * 1000.0
             report.pending = self._pending_in(candidates, dense=use_dense, sparse=use_sparse)
             report.partial = report.pending > 0
-            fused = rrf_fuse(rankings, k=self.rrf_k)
-            order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            if len(rankings) == 1 and len(set(rankings[0])) == len(rankings[0]):
+                # One ranking of distinct ids: its RRF scores fall strictly with rank, so fusing and
+                # sorting would only reproduce it. Same scores as rrf_fuse (1.0 / (k + rank)).
+                order = [(cid, 1.0 / (self.rrf_k + rank)) for rank, cid in enumerate(rankings[0][:k], 1)]
+            else:
+                fused = rrf_fuse(rankings, k=self.rrf_k)
+                order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            chunks = self._chunks
+            make = RetrievalResult.of
             report.results = [
-                RetrievalResult(
-                    chunk=self._chunks[cid],
-                    bm25_score=bm25.get(cid, 0.0),
-                    vector_score=vector.get(cid, 0.0),
-                    fused_score=score,
-                    sparse_score=None if sparse is None else sparse.get(cid, 0.0),
+                make(
+                    chunks[cid],
+                    bm25.get(cid, 0.0),
+                    vector.get(cid, 0.0),
+                    score,
+                    None if sparse is None else sparse.get(cid, 0.0),
                 )
                 for cid, score in order
             ]

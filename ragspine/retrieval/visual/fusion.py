@@ -1,4 +1,5 @@
-"""Turn visual page leads into snippet-like dicts that the text pipeline can fuse (RRF) and display.
+"""Turn visual page leads into snippet-like dicts that the text pipeline can fuse (RRF) and display, and
+fuse a text ranking with a page ranking.
 
 A visual snippet is a lead, never a citable fact: its ``text`` is empty and the page's text layer goes
 to ``prompt_text`` only. ``is_visual=True`` lets every later stage tell it apart.
@@ -10,7 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ragspine.retrieval.chunking.types import METADATA_FIELDS
-from ragspine.retrieval.constants import is_restricted
+from ragspine.retrieval.constants import DEFAULT_RRF_K, is_restricted
+from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.visual.page_index import PageLead
 
 PageTextLookup = Mapping[str, str] | Callable[[str], str | None]
@@ -65,3 +67,31 @@ def to_visual_results(
             snippet["library_id"] = lead.library
         results.append(snippet)
     return results
+
+
+def _key(snippet: Mapping[str, Any]) -> str:
+    return f"{snippet.get('library_id', '')}\x1f{snippet.get('chunk_id', '')}"
+
+
+def fuse_text_and_visual(
+    text: Sequence[dict[str, Any]],
+    visual: Sequence[dict[str, Any]],
+    *,
+    top_k: int,
+    rrf_k: float = DEFAULT_RRF_K,
+) -> list[dict[str, Any]]:
+    """RRF of the text ranking and the page ranking (k=60), best first, ties by (library, chunk id).
+
+    Each snippet keeps its own stage scores; ``scores["fused"]`` becomes the cross-channel RRF score.
+    """
+    by_key: dict[str, dict[str, Any]] = {}
+    for snippet in [*text, *visual]:
+        by_key.setdefault(_key(snippet), snippet)
+    fused = rrf_fuse([[_key(s) for s in text], [_key(s) for s in visual]], k=rrf_k)
+    order = sorted(fused, key=lambda key: (-fused[key], key))[:top_k]
+    out = []
+    for key in order:
+        snippet = dict(by_key[key])
+        snippet["scores"] = {**(snippet.get("scores") or {}), "fused": fused[key]}
+        out.append(snippet)
+    return out

@@ -270,6 +270,19 @@ class PageStore(Protocol):
         library: str = "",
     ) -> int: ...
 
+    def replace_doc_in(
+        self,
+        conn: Any,
+        doc_id: str,
+        records: Sequence[PageRecord],
+        fresh: Mapping[int, np.ndarray],
+        *,
+        encoder: str,
+        library: str = "",
+    ) -> int: ...
+
+    def delete_doc_in(self, conn: Any, doc_id: str, *, library: str) -> int: ...
+
     def delete_doc(self, doc_id: str, *, library: str | None = None) -> int: ...
 
     def load(
@@ -370,7 +383,30 @@ class VisualPageStore:
         that is not a record, or a reused page that is not stored.
         """
         check_replace_records(doc_id, records, library)
-        stored = self.page_digests(doc_id, library=library)
+        with self._transaction() as conn:
+            return self.replace_doc_in(conn, doc_id, records, fresh, encoder=encoder, library=library)
+
+    def replace_doc_in(
+        self,
+        conn: sqlite3.Connection,
+        doc_id: str,
+        records: Sequence[PageRecord],
+        fresh: Mapping[int, np.ndarray],
+        *,
+        encoder: str,
+        library: str = "",
+    ) -> int:
+        """``replace_doc`` on ``conn``, inside a transaction the caller owns and commits: a connection to
+        this store's file (the library's chunk store, whose document version then changes in the same
+        transaction). Same contract and errors as ``replace_doc``."""
+        check_replace_records(doc_id, records, library)
+        stored = {
+            int(page): (str(sha), str(enc))
+            for page, sha, enc in conn.execute(
+                "SELECT page, image_sha, encoder FROM visual_pages WHERE doc_id = ? AND library = ?",
+                (doc_id, library),
+            ).fetchall()
+        }
         plan = plan_replace(
             doc_id,
             records,
@@ -381,19 +417,23 @@ class VisualPageStore:
             dtype=self.dtype,
             pool_factor=self.pool_factor,
         )
-        with self._transaction() as conn:
-            conn.executemany(
-                "DELETE FROM visual_pages WHERE library = ? AND doc_id = ? AND page = ?", plan.gone
-            )
-            conn.executemany(
-                "UPDATE visual_pages SET sensitivity = ?, metadata = ?, text = ? "
-                "WHERE library = ? AND doc_id = ? AND page = ?",
-                plan.updates,
-            )
-            conn.executemany(f"INSERT OR REPLACE INTO visual_pages ({_COLUMNS}) VALUES ({_MARKS})", plan.rows)
-            if plan.gone or plan.updates or plan.rows:
-                self._bump(conn)
+        conn.executemany("DELETE FROM visual_pages WHERE library = ? AND doc_id = ? AND page = ?", plan.gone)
+        conn.executemany(
+            "UPDATE visual_pages SET sensitivity = ?, metadata = ?, text = ? "
+            "WHERE library = ? AND doc_id = ? AND page = ?",
+            plan.updates,
+        )
+        conn.executemany(f"INSERT OR REPLACE INTO visual_pages ({_COLUMNS}) VALUES ({_MARKS})", plan.rows)
+        if plan.gone or plan.updates or plan.rows:
+            self._bump(conn)
         return len(records)
+
+    def delete_doc_in(self, conn: sqlite3.Connection, doc_id: str, *, library: str) -> int:
+        """``delete_doc`` on ``conn`` inside a transaction the caller owns (see ``replace_doc_in``)."""
+        cur = conn.execute("DELETE FROM visual_pages WHERE doc_id = ? AND library = ?", (doc_id, library))
+        if cur.rowcount:
+            self._bump(conn)
+        return int(cur.rowcount)
 
     def delete_doc(self, doc_id: str, *, library: str | None = None) -> int:
         """Remove every page of ``doc_id`` (in ``library`` only, when given); returns the rows removed."""
@@ -407,6 +447,34 @@ class VisualPageStore:
             if cur.rowcount:
                 self._bump(conn)
         return cur.rowcount
+
+    def import_from(self, path: str | Path) -> int:
+        """Copy every page of the SQLite page store at ``path`` that this store lacks (one transaction);
+        returns the rows copied. Used to fold a library's former ``.pages.db`` file into its chunk file."""
+        copied = 0
+        with self._transaction() as conn:
+            conn.commit()  # ATTACH cannot run inside a transaction
+            conn.execute("ATTACH DATABASE ? AS legacy", (str(path),))
+            try:
+                have = {row[1] for row in conn.execute("PRAGMA legacy.table_info(visual_pages)")}
+                if not have:
+                    return 0
+                # A store written before image digests has no image_sha: those pages are re-embedded
+                # only if they change, exactly as they would have been in place.
+                source = _COLUMNS if "image_sha" in have else _COLUMNS.replace("image_sha", "'' AS image_sha")
+                cur = conn.execute(
+                    f"INSERT OR IGNORE INTO visual_pages ({_COLUMNS}) "
+                    f"SELECT {source} FROM legacy.visual_pages"
+                )
+                copied = int(cur.rowcount)
+                if copied:
+                    self._bump(conn)
+                conn.commit()
+            finally:
+                if conn.in_transaction:
+                    conn.rollback()
+                conn.execute("DETACH DATABASE legacy")
+        return copied
 
     @staticmethod
     def _bump(conn: sqlite3.Connection) -> None:

@@ -1,4 +1,7 @@
-"""RetrievalService: validate → catalog / retrieval pipeline → wire messages.
+"""RetrievalService: validate → convert → the library's pipeline → convert.
+
+Retrieval runs ``ragspine.retrieval.pipeline.RetrievalPipeline`` over the requested libraries; ingest and
+delete run ``ragspine.retrieval.pipeline.ingest``. Nothing here ranks, fuses, filters or writes by itself.
 
 Access control: every library named in a request is checked against the caller's allow-list before it
 is opened, so a caller cannot even learn whether a library it may not read exists.
@@ -18,15 +21,22 @@ import grpc
 
 import ragspine
 from ragspine.retrieval.chunking.factory import make_chunker
-from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.expansion import normalize_expansion
-from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.indexing.ledger import model_id
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
+from ragspine.retrieval.pipeline import (
+    IngestDocument,
+    RetrievalPipeline,
+    RetrieveReport,
+    RetrieveRequest,
+    RetrieverLibrary,
+    ingest_documents,
+    withdraw_document,
+)
 from ragspine.retrieval.raptor import RaptorRetriever, RaptorTreeCache, normalize_granularity
-from ragspine.retrieval.routing.multi_index import LibraryIndex, MultiIndexRetriever
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
+from ragspine.retrieval.visual import library_pages as visual
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
 from ragspine_services.common.auth import WRITE, current_caller
@@ -34,7 +44,6 @@ from ragspine_services.common.deadline import call_deadline
 from ragspine_services.common.errors import BackendUnavailableError, NotFoundError, RequestTooLargeError
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine_services.front import convert
-from ragspine_services.front import pages as visual
 from ragspine_services.front.libraries import Library, LibraryCatalog, check_library_id
 
 _LOG = logging.getLogger("ragspine_services.front")
@@ -50,43 +59,13 @@ class FrontLimits:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
 
-class _BoundRetriever:
-    """One library's retriever with this request's filter bound in; records degraded stages and timings."""
-
-    def __init__(
-        self,
-        retriever: NarrativeIndexRetriever,
-        library_id: str,
-        mfilter: MetadataFilter | None,
-        rerank: bool,
-    ) -> None:
-        self._retriever = retriever
-        self._library_id = library_id
-        self._filter = mfilter
-        self._rerank = rerank
-        self.degraded: tuple[str, ...] = ()
-        self.timings_ms: dict[str, float] = {}
-
-    def retrieve(
-        self, query: str, *, filters: Any = None, top_k: int = DEFAULT_TOP_K
-    ) -> list[dict[str, Any]]:
-        report = self._retriever.retrieve_report(
-            query, metadata_filter=self._filter, top_k=top_k, rerank=self._rerank
-        )
-        self.degraded = report.degraded
-        self.timings_ms = report.timings_ms
-        return report.snippets
-
-
-class _TopN:
-    """Passes this request's ``rerank_top_n`` to a shared index without mutating it."""
-
-    def __init__(self, index: Any, top_n: int) -> None:
-        self._index = index
-        self._top_n = top_n
-
-    def retrieve_report(self, query: str, **kwargs: Any) -> Any:
-        return self._index.retrieve_report(query, top_n=self._top_n, **kwargs)
+_MODES: dict[int, str] = {
+    retrieval_pb2.RETRIEVAL_MODE_UNSPECIFIED: "",
+    retrieval_pb2.RETRIEVAL_MODE_LEXICAL: "lexical",
+    retrieval_pb2.RETRIEVAL_MODE_HYBRID: "hybrid",
+    retrieval_pb2.RETRIEVAL_MODE_VISUAL: "visual",
+    retrieval_pb2.RETRIEVAL_MODE_HYBRID_VISUAL: "hybrid_visual",
+}
 
 
 def _timings(started: float, stages: dict[str, float] | None = None) -> common_pb2.Timings:
@@ -120,7 +99,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         current_caller().require(library_id, WRITE)
         return library_id
 
-    def _prepare(self, docs: Iterable[retrieval_pb2.Document]) -> list[tuple[str, DocumentMeta, str, Any]]:
+    def _prepare(self, docs: Iterable[retrieval_pb2.Document]) -> list[IngestDocument]:
         """Parse and validate every document before anything is written (a bad one stores nothing)."""
         prepared = []
         seen: set[str] = set()
@@ -141,7 +120,16 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             if meta.doc_id in seen:
                 raise ValueError(f"documents[{i}]: doc_id {meta.doc_id!r} appears twice in one request")
             seen.add(meta.doc_id)
-            prepared.append((text, meta, doc.valid_as_of, doc))
+            prepared.append(
+                IngestDocument(
+                    meta,
+                    text=text,
+                    valid_as_of=doc.valid_as_of,
+                    pdf=doc.file if doc.pages else None,
+                    page_dpi=visual.check_page_dpi(doc.page_dpi) if doc.pages else visual.DEFAULT_PAGE_DPI,
+                    chunker=doc.chunker,
+                )
+            )
         return prepared
 
     def _check_pages_request(self, doc: retrieval_pb2.Document, i: int) -> None:
@@ -160,40 +148,18 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         except ValueError as exc:
             raise ValueError(f"{label}: {exc}") from None
 
-    def _ingest(self, library: Library, prepared: list[tuple[str, DocumentMeta, str, Any]]) -> list[Any]:
-        index = library.writer()
-        results = []
-        for text, meta, valid_as_of, doc in prepared:
-            # Pages first: their embedding is the step that can fail (worker down) and it changes nothing
-            # stored until it has succeeded.
-            pages_indexed = self._ingest_pages(library, meta, doc)
-            written = (
-                index.ingest(text, meta, valid_as_of=valid_as_of, chunker=doc.chunker or None) if text else 0
-            )
-            results.append(
-                retrieval_pb2.DocumentResult(
-                    doc_id=meta.doc_id,
-                    chunks_written=written,
-                    pages_indexed=pages_indexed,
-                    chunks_pending_vectors=library.awaiting_vectors(meta.doc_id) if written else 0,
-                )
-            )
-        return results
-
     @staticmethod
-    def _ingest_pages(library: Library, meta: DocumentMeta, doc: retrieval_pb2.Document) -> int:
-        if not doc.pages:
-            # A version without pages must not leave the previous version's pages searchable.
-            existing = library.pages()
-            if existing is not None and existing.has_doc(meta.doc_id):
-                existing.remove_doc(meta.doc_id)
-            return 0
-        pages = library.pages(create=True)
-        if pages is None:  # checked in _prepare; kept for type narrowing
-            raise ValueError("this server has no visual embedder")
-        dpi = visual.check_page_dpi(doc.page_dpi)
-        records = visual.render_document_pages(doc.file, meta, library_id=library.library_id, dpi=dpi)
-        return pages.replace_doc(records, doc_id=meta.doc_id)
+    def _ingest(library: Library, prepared: list[IngestDocument]) -> list[retrieval_pb2.DocumentResult]:
+        # Each document replaces its previous version totally: chunks and pages in one transaction.
+        return [
+            retrieval_pb2.DocumentResult(
+                doc_id=out.doc_id,
+                chunks_written=out.chunks_written,
+                pages_indexed=out.pages_indexed,
+                chunks_pending_vectors=library.awaiting_vectors(out.doc_id) if out.chunks_written else 0,
+            )
+            for out in ingest_documents(library, prepared)
+        ]
 
     def Ingest(
         self, request: retrieval_pb2.IngestRequest, context: grpc.ServicerContext
@@ -240,7 +206,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             results += self._ingest(self.catalog.get(library_id, create=True), prepared)
         return retrieval_pb2.IngestStreamResponse(results=results, timings=_timings(started))
 
-    def _prepare_offset(self, docs: list[retrieval_pb2.Document], offset: int) -> list[Any]:
+    def _prepare_offset(self, docs: list[retrieval_pb2.Document], offset: int) -> list[IngestDocument]:
         try:
             return self._prepare(docs)
         except ValueError as exc:
@@ -260,10 +226,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             # Whether a RESTRICTED document exists is an administrator's business only: same answer as
             # for an unknown id, and nothing is withdrawn.
             raise not_found
-        withdrawn = library.writer().withdraw(request.doc_id)
-        pages = library.pages()
-        pages_removed = pages.remove_doc(request.doc_id) if pages is not None else 0
-        if not withdrawn and not pages_removed:
+        outcome = withdraw_document(library, request.doc_id)
+        withdrawn = outcome.chunks_withdrawn
+        if not withdrawn and not outcome.pages_removed:
             raise not_found
         return retrieval_pb2.DeleteDocumentResponse(chunks_withdrawn=withdrawn)
 
@@ -281,12 +246,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             raise NotFoundError("no library is available to this caller; ingest documents first")
         return [self.catalog.get(name) for name in allowed]
 
-    def _lexical(self, mode: int) -> bool:
-        if mode == retrieval_pb2.RETRIEVAL_MODE_LEXICAL:
-            return True
-        if mode == retrieval_pb2.RETRIEVAL_MODE_HYBRID:
-            return False
-        return self.default_mode == "lexical"
+    def _mode(self, mode: int) -> str:
+        """The pipeline's mode name for a wire ``RetrievalMode``."""
+        if mode not in _MODES:
+            raise ValueError(f"mode {mode} is unknown; use one of {', '.join(map(str, sorted(_MODES)))}")
+        if mode == retrieval_pb2.RETRIEVAL_MODE_UNSPECIFIED and self.default_mode == "lexical":
+            return "lexical"
+        return _MODES[mode]
 
     def _rerank(self, choice: str) -> bool:
         if choice in ("", self.reranker_name):
@@ -313,75 +279,52 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             raise ValueError(f"rerank_top_n must be >= 0, got {request.rerank_top_n}")
         mfilter = convert.metadata_filter(request.filters, request.combine)
         rerank = self._rerank(request.reranker)
-        visual_mode = request.mode in (
-            retrieval_pb2.RETRIEVAL_MODE_VISUAL,
-            retrieval_pb2.RETRIEVAL_MODE_HYBRID_VISUAL,
-        )
-        if visual_mode and self.catalog.visual_encoder is None:
+        mode = self._mode(request.mode)
+        if mode in ("visual", "hybrid_visual") and self.catalog.visual_encoder is None:
             raise ValueError(
                 "this server has no visual embedder: use mode LEXICAL or HYBRID, or configure "
                 "RAGSPINE_VISUAL_EMBEDDER"
             )
-        lexical = self._lexical(request.mode)
         expansion = normalize_expansion(request.expansion)
         granularity = normalize_granularity(request.raptor_granularity) if request.raptor_granularity else ""
-        libraries = self._libraries_for(request.libraries)
-        visual_snippets: list[dict[str, Any]] | None = None
-        visual_degraded: list[str] = []
-        visual_ms: dict[str, float] = {}
-        if visual_mode:
-            visual_started = time.perf_counter()
-            try:
-                with call_deadline(context.time_remaining()):
-                    shelves = [p for p in (lib.pages() for lib in libraries) if p is not None]
-                    visual_snippets = visual.visual_snippets(shelves, query, k=top_k, mfilter=mfilter)
-            except BackendUnavailableError as exc:
-                # Text still answers; the flag tells the caller the page channel is missing.
-                _LOG.warning("visual retrieval degraded: %s", exc)
-                visual_degraded = ["visual"]
-            visual_ms["visual"] = (time.perf_counter() - visual_started) * 1e3
-        if visual_snippets is not None and request.mode == retrieval_pb2.RETRIEVAL_MODE_VISUAL:
-            return self._respond(visual_snippets, visual_degraded, started, visual_ms)
-        # Chunks the model channels could not rank yet (their vectors are still being made).
-        pending = 0 if lexical else sum(library.vector_backlog() for library in libraries)
-        bound: list[_BoundRetriever] = []
-        indexes = []
-        for library in libraries:
-            index: Any = library.index(lexical=lexical)
-            if request.rerank_top_n:
-                index = _TopN(index, request.rerank_top_n)
-            # Typed filters only ever narrow: no unfiltered retry when they match nothing.
-            retriever = NarrativeIndexRetriever(
-                index, retry_without_filters=False, expansion=expansion, store=library.store
+        libraries: list[Any] = list(self._libraries_for(request.libraries))
+        if granularity and granularity != "leaves" and mode != "visual":
+            # RAPTOR: each library answers through its summary tree (summaries are is_synthesis, never
+            # citable) over the library's own retriever, as one source of the same pipeline.
+            libraries = [
+                self._raptor_source(library, mode, granularity, expansion, mfilter) for library in libraries
+            ]
+        remaining = context.time_remaining()
+        report = RetrievalPipeline(libraries, deadline_scope=call_deadline).run(
+            RetrieveRequest(
+                query,
+                filters=mfilter,
+                mode=mode,
+                top_k=top_k,
+                rerank=rerank,
+                rerank_top_n=request.rerank_top_n or None,
+                deadline=None if remaining is None else time.monotonic() + remaining,
+                expansion=expansion,
             )
-            bound.append(_BoundRetriever(retriever, library.library_id, mfilter, rerank))
-            front: Any = bound[-1]
-            if granularity and granularity != "leaves":
-                front = RaptorRetriever(
-                    front,
-                    self._raptor_tree(library),
-                    embedder=self._raptor_embedder(library),
-                    granularity=granularity,
-                    base_is_filtered=mfilter is not None,
-                )
-            indexes.append(LibraryIndex(library.library_id, library.library_id, front))
-        with call_deadline(context.time_remaining()):
-            if len(bound) == 1:
-                # One library: nothing to fuse across; only the provenance field is added.
-                snippets = [
-                    {**s, "library_id": libraries[0].library_id}
-                    for s in indexes[0].retriever.retrieve(query, top_k=top_k)
-                ]
-            else:
-                snippets = MultiIndexRetriever(indexes, top_k=top_k).retrieve(query, top_k=top_k)
-        if visual_snippets is not None:
-            snippets = visual.fuse_text_and_visual(snippets, visual_snippets, top_k=top_k)
-        degraded = sorted({*visual_degraded, *(stage for b in bound for stage in b.degraded)})
-        stages: dict[str, float] = dict(visual_ms)
-        for b in bound:
-            for stage, ms in b.timings_ms.items():
-                stages[stage] = stages.get(stage, 0.0) + ms
-        return self._respond(snippets, degraded, started, stages, pending=pending)
+        )
+        return self._respond(report, started)
+
+    def _raptor_source(
+        self, library: Library, mode: str, granularity: str, expansion: str, mfilter: Any
+    ) -> RetrieverLibrary:
+        index: Any = library.index(lexical=mode == "lexical")
+        # Typed filters only ever narrow: no unfiltered retry when they match nothing.
+        base = NarrativeIndexRetriever(
+            index, retry_without_filters=False, expansion=expansion, store=library.store
+        )
+        raptor = RaptorRetriever(
+            base,
+            self._raptor_tree(library),
+            embedder=self._raptor_embedder(library),
+            granularity=granularity,
+            base_is_filtered=mfilter is not None,
+        )
+        return RetrieverLibrary(library.library_id, raptor)
 
     def _raptor_embedder(self, library: Library) -> Any:
         # Trees hold RESTRICTED-free chunks only, so their text may go to the library's embedding model.
@@ -396,28 +339,20 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 self._raptor_trees[library.library_id] = cache
         return cache.tree()
 
-    def _respond(
-        self,
-        snippets: list[dict[str, Any]],
-        degraded: list[str],
-        started: float,
-        stages: dict[str, float],
-        *,
-        pending: int = 0,
-    ) -> retrieval_pb2.RetrieveResponse:
-        for stage in degraded:
+    @staticmethod
+    def _respond(report: RetrieveReport, started: float) -> retrieval_pb2.RetrieveResponse:
+        for stage in report.degraded:
             metrics.DEGRADED.labels(stage).inc()
-        # Defence in depth: the pipeline's exits already dropped RESTRICTED; never let one reach the wire.
-        safe = [s for s in snippets if not is_restricted(s.get("sensitivity", ""))]
-        if len(safe) != len(snippets):
-            _LOG.error("RESTRICTED snippet reached the front's response stage; dropped")
-        return retrieval_pb2.RetrieveResponse(
-            snippets=[convert.snippet_message(s) for s in safe],
-            degraded=degraded,
-            timings=_timings(started, stages),
-            partial=pending > 0,
-            pending_vectors=pending,
+        response = retrieval_pb2.RetrieveResponse(
+            # The converter refuses a RESTRICTED snippet: the pipeline's exits make that unreachable.
+            snippets=[convert.snippet_message(s) for s in report.snippets],
+            degraded=report.degraded,
+            timings=_timings(started, report.timings_ms),
         )
+        # Chunks the model channels could not rank yet (their vectors are still being made).
+        response.partial = bool(report.partial or report.pending)
+        response.pending_vectors = report.pending
+        return response
 
     # ------------------------------------------------------------------ catalog
     def ListLibraries(

@@ -1,0 +1,298 @@
+"""The stages of the retrieval pipeline and the state they pass along.
+
+Each stage is an object with a ``name`` and ``run(state)``; it reads what earlier stages left in the
+``PipelineState`` and writes its own part. The default order (``default_stages``):
+
+    route → visual channel → text channels (per library: BM25 / dense / sparse, RRF, rerank, exit #2)
+    → library fusion (RRF across libraries, ``library_id`` provenance) → text+visual fusion
+    → RESTRICTED exit (final) → postprocess
+
+A later stage (query transform, expansion, judge, ...) is one more object in that list, placed with
+``RetrievalPipeline.with_stage``; the transports never change.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ragspine.retrieval.constants import DEFAULT_RRF_K, is_restricted
+from ragspine.retrieval.expansion import expand_child_hits
+from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
+from ragspine.retrieval.lexical.bm25 import rrf_fuse
+from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
+from ragspine.retrieval.pipeline.snippets import snippets_of
+from ragspine.retrieval.pipeline.sources import LibrarySource, RetrieverLibrary
+from ragspine.retrieval.routing.router import LibraryRouter, RoutableLibrary
+from ragspine.retrieval.visual.fusion import fuse_text_and_visual
+from ragspine.retrieval.visual.library_pages import visual_snippets
+from ragspine.settings import is_off
+
+log = logging.getLogger("ragspine.retrieval.pipeline")
+
+
+class SnippetPostprocessor(Protocol):
+    """Runs on RESTRICTED-free snippets; may reorder or drop them, or set ``prompt_text``."""
+
+    def postprocess(self, query: str, snippets: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+
+
+@dataclass
+class PipelineState:
+    """What the stages of one run share. ``query`` starts as the request's and may be transformed."""
+
+    request: RetrieveRequest
+    query: str
+    sources: list[LibrarySource]
+    keyword: dict[str, Any] = field(default_factory=dict)
+    mfilter: MetadataFilter | None = None
+    rankings: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
+    visual: list[dict[str, Any]] | None = None
+    snippets: list[dict[str, Any]] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    partial: bool = False
+    pending: int = 0
+    retried_without_filters: bool = False
+    restricted_dropped: int = 0
+
+    def degrade(self, stage: str, error: str) -> None:
+        if stage not in self.degraded:
+            self.degraded.append(stage)
+        self.errors.setdefault(stage, error)
+
+    def add_timings(self, timings: Mapping[str, float]) -> None:
+        for stage, ms in timings.items():
+            self.timings_ms[stage] = self.timings_ms.get(stage, 0.0) + ms
+
+
+class Stage(Protocol):
+    """One step of the pipeline."""
+
+    name: str
+
+    def run(self, state: PipelineState) -> None: ...
+
+
+class RouteStage:
+    """Narrows ``state.sources`` with the router when the request names no libraries (a router that fails
+    or names nothing usable: all of them)."""
+
+    name = "route"
+
+    def __init__(self, router: LibraryRouter | None = None) -> None:
+        self.router = router
+
+    def run(self, state: PipelineState) -> None:
+        if self.router is None or len(state.sources) < 2 or state.request.libraries:
+            return
+        state.sources = route(self.router, state.query, state.sources)
+
+
+def route(router: LibraryRouter, query: str, sources: Sequence[LibrarySource]) -> list[LibrarySource]:
+    """The sources ``router`` picks for ``query``, in its order; every source when it gives no usable
+    answer."""
+    by_id = {s.library_id: s for s in sources}
+    try:
+        chosen = router.route(
+            query,
+            [RoutableLibrary(s.library_id, getattr(s, "description", s.library_id)) for s in sources],
+        )
+    except Exception as exc:
+        log.warning("library routing failed (%s); searching every library", exc)
+        return list(sources)
+    picked = [by_id[i] for i in dict.fromkeys(chosen or []) if i in by_id]
+    return picked or list(sources)
+
+
+class VisualChannelStage:
+    """The page channel: MaxSim over every searched library's pages that the filter admits. A failing
+    encoder or page store degrades the answer (``degraded=["visual"]``) instead of failing it."""
+
+    name = "visual"
+
+    def run(self, state: PipelineState) -> None:
+        request = state.request
+        if not request.visual:
+            return
+        try:
+            shelves = [p for p in (s.pages() for s in state.sources) if p is not None]
+            state.visual = visual_snippets(shelves, state.query, k=request.top_k, mfilter=_typed(state))
+        except ValueError:
+            raise
+        except Exception as exc:
+            log.warning("visual retrieval degraded: %s", exc)
+            state.degrade("visual", str(exc))
+
+
+def _typed(state: PipelineState) -> MetadataFilter | None:
+    """The request's filters as one ``MetadataFilter`` (keyword filters become ``eq`` conditions)."""
+    if not state.keyword:
+        return state.mfilter
+    keyword = MetadataFilter(tuple(FilterCondition(k, "eq", v) for k, v in state.keyword.items()))
+    return all_of(state.mfilter, keyword)
+
+
+class TextChannelStage:
+    """Per library: the index's channels, fusion and rerank, then RESTRICTED exit #2 (a RESTRICTED result
+    never becomes a snippet dict). Collects degraded stages, timings and ``partial``/``pending``. In
+    ``visual`` mode it runs only when the page channel failed, so the caller still gets an answer."""
+
+    name = "text"
+
+    def run(self, state: PipelineState) -> None:
+        if not state.request.text and state.visual is not None:
+            return  # visual mode answered by pages; when the page channel failed, text answers instead
+        for source in state.sources:
+            state.rankings.append((source.library_id, self._search(state, source)))
+
+    @staticmethod
+    def _search(state: PipelineState, source: LibrarySource) -> list[dict[str, Any]]:
+        request = state.request
+        if isinstance(source, RetrieverLibrary):
+            filters: Any = request.filters  # a caller-facing retriever takes what its caller was given
+            return source.retriever.retrieve(state.query, filters=filters, top_k=request.top_k)
+        index = source.index(lexical=request.lexical)
+        kwargs: dict[str, Any] = dict(state.keyword)
+        if request.rerank_top_n is not None:
+            kwargs["top_n"] = request.rerank_top_n
+        report = index.retrieve_report(
+            state.query, top_k=request.top_k, rerank=request.rerank, metadata_filter=state.mfilter, **kwargs
+        )
+        if not report.results and request.retry_without_filters and (state.keyword or state.mfilter):
+            report = index.retrieve_report(state.query, top_k=request.top_k, rerank=request.rerank)
+            state.retried_without_filters = True
+        t0 = time.perf_counter()
+        # RESTRICTED exit #2: dropped before any snippet dict is produced.
+        snippets = snippets_of(report.results, library_id=source.library_id or None)
+        if not is_off(request.expansion):
+            # A child of a structural chunker brings its parent or window as prompt_text (never a
+            # RESTRICTED one); snippets of the default chunker pass through untouched.
+            store = getattr(source, "expansion_store", None) or getattr(index, "store", None)
+            if store is not None:
+                snippets = expand_child_hits(snippets, store, mode=request.expansion)
+        for stage in report.degraded:
+            state.degrade(stage, report.errors.get(stage, "") if hasattr(report, "errors") else "")
+        state.add_timings(report.timings_ms)
+        state.timings_ms["snippets"] = (
+            state.timings_ms.get("snippets", 0.0) + (time.perf_counter() - t0) * 1e3
+        )
+        # Set by indexes whose channels can lag behind the store (chunks waiting for vectors).
+        state.partial = state.partial or bool(getattr(report, "partial", False))
+        state.pending += int(getattr(report, "pending", 0) or 0)
+        return snippets
+
+
+class LibraryFusionStage:
+    """One ranking per library → one ranking: RRF (k = ``rrf_k``) with ``scores["library_fused"]``, ties by
+    (library_id, chunk_id). One library passes through unchanged unless ``fuse_single``."""
+
+    name = "fusion"
+
+    def __init__(self, rrf_k: int = DEFAULT_RRF_K, *, fuse_single: bool = False) -> None:
+        if rrf_k <= 0:
+            raise ValueError(f"rrf_k must be positive, got {rrf_k!r}")
+        self.rrf_k = rrf_k
+        self.fuse_single = fuse_single
+
+    def run(self, state: PipelineState) -> None:
+        if len(state.rankings) == 1 and not self.fuse_single:
+            library_id, snippets = state.rankings[0]
+            if library_id and snippets and "library_id" not in snippets[0]:
+                snippets = [{**s, "library_id": library_id} for s in snippets]
+            state.snippets = snippets
+            return
+        rankings: list[list[str]] = []
+        by_key: dict[str, dict[str, Any]] = {}
+        for library_id, snippets in state.rankings:
+            ranking = []
+            for s in snippets:
+                key = f"{library_id}\x1f{s['chunk_id']}"
+                if key not in by_key:
+                    by_key[key] = {**s, "library_id": library_id, "scores": dict(s.get("scores", {}))}
+                    ranking.append(key)
+            rankings.append(ranking)
+        fused = rrf_fuse(rankings, k=self.rrf_k)
+        order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[: state.request.top_k]
+        out = []
+        for key, score in order:
+            snippet = by_key[key]
+            snippet["scores"]["library_fused"] = score
+            out.append(snippet)
+        state.snippets = out
+
+
+class VisualFusionStage:
+    """``visual`` mode: the page ranking is the answer; ``hybrid_visual``: RRF of text and pages."""
+
+    name = "visual_fusion"
+
+    def run(self, state: PipelineState) -> None:
+        if state.visual is None:
+            return
+        if not state.request.text:
+            state.snippets = state.visual
+        else:
+            state.snippets = fuse_text_and_visual(state.snippets, state.visual, top_k=state.request.top_k)
+
+
+class RestrictedExitStage:
+    """The last RESTRICTED check before snippets leave the pipeline. The earlier exits must have dropped
+    everything RESTRICTED; one found here is dropped, counted and logged as an error."""
+
+    name = "exit"
+
+    def run(self, state: PipelineState) -> None:
+        snippets = state.snippets
+        if not any(is_restricted(s.get("sensitivity", "")) for s in snippets):
+            return
+        safe = [s for s in snippets if not is_restricted(s.get("sensitivity", ""))]
+        state.restricted_dropped += len(snippets) - len(safe)
+        log.error(
+            "%d RESTRICTED snippet(s) reached the pipeline's final exit; dropped", len(snippets) - len(safe)
+        )
+        state.snippets = safe
+
+
+class PostprocessStage:
+    """Runs a ``SnippetPostprocessor`` over the RESTRICTED-free answer."""
+
+    name = "postprocess"
+
+    def __init__(self, postprocessor: SnippetPostprocessor) -> None:
+        self.postprocessor = postprocessor
+
+    def run(self, state: PipelineState) -> None:
+        state.snippets = self.postprocessor.postprocess(state.query, state.snippets)
+
+
+def default_stages(
+    *,
+    router: LibraryRouter | None = None,
+    rrf_k: int = DEFAULT_RRF_K,
+    fuse_single: bool = False,
+    postprocessor: SnippetPostprocessor | None = None,
+) -> list[Stage]:
+    """The standard stage list (see the module docstring)."""
+    stages: list[Stage] = [
+        RouteStage(router),
+        VisualChannelStage(),
+        TextChannelStage(),
+        LibraryFusionStage(rrf_k, fuse_single=fuse_single),
+        VisualFusionStage(),
+        RestrictedExitStage(),
+    ]
+    if postprocessor is not None:
+        stages.append(PostprocessStage(postprocessor))
+    return stages
+
+
+def prepare_state(request: RetrieveRequest, sources: list[LibrarySource]) -> PipelineState:
+    keyword, mfilter = split_filters(request.filters)
+    return PipelineState(
+        request=request, query=request.query, sources=sources, keyword=keyword, mfilter=mfilter
+    )
