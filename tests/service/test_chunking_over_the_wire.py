@@ -122,13 +122,24 @@ def test_filters_narrow_raptor_summaries_too(make_front) -> None:  # type: ignor
 
 
 def test_reverse_proof_unnarrowed_summaries_are_caught(make_front, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A RAPTOR retriever that filters its leaves but not its summaries leaks note-2 through a summary."""
     from ragspine.retrieval import raptor
 
-    original = raptor.RaptorRetriever.__init__
+    original = raptor.RaptorRetriever.retrieve
 
-    def ignore_filter(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        kwargs["base_is_filtered"] = False
-        original(self, *args, **kwargs)
+    def summaries_unnarrowed(self, query, *, filters=None, top_k=50, granularity=None):  # type: ignore[no-untyped-def]
+        base = self.base
 
-    monkeypatch.setattr(raptor.RaptorRetriever, "__init__", ignore_filter)
+        class FilteredBase:
+            def retrieve(self, q, *, filters=None, top_k=50):  # type: ignore[no-untyped-def]
+                return base.retrieve(q, filters=outer_filters, top_k=top_k)
+
+        outer_filters = filters
+        self.base, self.base_is_filtered = FilteredBase(), False
+        try:
+            return original(self, query, filters=None, top_k=top_k, granularity=granularity)
+        finally:
+            self.base = base
+
+    monkeypatch.setattr(raptor.RaptorRetriever, "retrieve", summaries_unnarrowed)
     assert _summary_sources(make_front()) == {"note-1", "note-2"}
