@@ -7,14 +7,16 @@ is opened, so a caller cannot even learn whether a library it may not read exist
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
 import ragspine
+from ragspine.ingest.limits import IngestLimits, LimitExceededError
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
@@ -24,7 +26,12 @@ from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
 from ragspine_services.common.auth import current_caller
 from ragspine_services.common.deadline import call_deadline
-from ragspine_services.common.errors import BackendUnavailableError, NotFoundError, RequestTooLargeError
+from ragspine_services.common.errors import (
+    BackendUnavailableError,
+    NotFoundError,
+    OverloadedError,
+    RequestTooLargeError,
+)
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine_services.front import convert
 from ragspine_services.front import pages as visual
@@ -41,6 +48,19 @@ class FrontLimits:
     max_documents_per_request: int = 1000
     max_query_chars: int = 4096
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ingest: IngestLimits = field(default_factory=IngestLimits)  # per-document parse / render bounds
+    max_concurrent_ingests: int = 4
+    max_stream_documents: int = 100_000
+    max_stream_bytes: int = 2 * 1024**3
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> FrontLimits:
+        return cls(
+            ingest=IngestLimits.from_settings(settings),
+            max_concurrent_ingests=settings.max_concurrent_ingests,
+            max_stream_documents=settings.max_stream_documents,
+            max_stream_bytes=settings.max_stream_bytes,
+        )
 
 
 class _BoundRetriever:
@@ -103,6 +123,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self.default_mode = default_mode
         self.reranker_name = reranker_name
         self.remote_worker = remote_worker
+        self._ingest_slots = threading.BoundedSemaphore(self.limits.max_concurrent_ingests)
+
+    def _ingest_slot(self) -> None:
+        if not self._ingest_slots.acquire(blocking=False):
+            raise OverloadedError(
+                f"{self.limits.max_concurrent_ingests} ingest calls are already running (limit "
+                "max_concurrent_ingests, set RAGSPINE_MAX_CONCURRENT_INGESTS); retry shortly"
+            )
 
     # ------------------------------------------------------------------ ingest
     @staticmethod
@@ -122,7 +150,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 # A scan has no text layer to index: its pages are found visually only.
                 text, title = "", doc.title
             else:
-                text, title = convert.document_text(doc, i)
+                text, title = convert.document_text(doc, i, self.limits.ingest)
             meta = convert.document_meta(doc, title, i)
             if meta.doc_id in seen:
                 raise ValueError(f"documents[{i}]: doc_id {meta.doc_id!r} appears twice in one request")
@@ -161,8 +189,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             )
         return results
 
-    @staticmethod
-    def _ingest_pages(library: Library, meta: DocumentMeta, doc: retrieval_pb2.Document) -> int:
+    def _ingest_pages(self, library: Library, meta: DocumentMeta, doc: retrieval_pb2.Document) -> int:
         if not doc.pages:
             # A version without pages must not leave the previous version's pages searchable.
             existing = library.pages()
@@ -173,7 +200,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         if pages is None:  # checked in _prepare; kept for type narrowing
             raise ValueError("this server has no visual embedder")
         dpi = visual.check_page_dpi(doc.page_dpi)
-        records = visual.render_document_pages(doc.file, meta, library_id=library.library_id, dpi=dpi)
+        records = visual.render_document_pages(
+            doc.file, meta, library_id=library.library_id, dpi=dpi, limits=self.limits.ingest
+        )
         return pages.replace_doc(records, doc_id=meta.doc_id)
 
     def Ingest(
@@ -188,20 +217,45 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 f"{self.limits.max_documents_per_request}: use IngestStream or split the batch"
             )
         self._authorize(request.library)
-        prepared = self._prepare(request.documents)
-        # The library is created only once its first batch is known to be valid.
-        results = self._ingest(self.catalog.get(request.library, create=True), prepared)
+        self._ingest_slot()
+        try:
+            prepared = self._prepare(request.documents)
+            # The library is created only once its first batch is known to be valid.
+            results = self._ingest(self.catalog.get(request.library, create=True), prepared)
+        finally:
+            self._ingest_slots.release()
         return retrieval_pb2.IngestResponse(results=results, timings=_timings(started))
 
     def IngestStream(
         self, request_iterator: Iterator[retrieval_pb2.IngestStreamRequest], context: grpc.ServicerContext
+    ) -> retrieval_pb2.IngestStreamResponse:
+        self._ingest_slot()
+        try:
+            return self._ingest_stream(request_iterator)
+        finally:
+            self._ingest_slots.release()
+
+    def _ingest_stream(
+        self, request_iterator: Iterator[retrieval_pb2.IngestStreamRequest]
     ) -> retrieval_pb2.IngestStreamResponse:
         started = time.perf_counter()
         library_id = ""
         results: list[Any] = []
         batch: list[retrieval_pb2.Document] = []
         offset = 0
-        for message in request_iterator:
+        received_bytes = 0
+        for received, message in enumerate(request_iterator, start=1):
+            received_bytes += message.ByteSize()
+            if received > self.limits.max_stream_documents:
+                raise RequestTooLargeError(
+                    f"the stream carried more than {self.limits.max_stream_documents} documents (limit "
+                    "max_stream_documents, set RAGSPINE_MAX_STREAM_DOCUMENTS); earlier groups stay stored"
+                )
+            if received_bytes > self.limits.max_stream_bytes:
+                raise RequestTooLargeError(
+                    f"the stream carried more than {self.limits.max_stream_bytes} bytes (limit "
+                    "max_stream_bytes, set RAGSPINE_MAX_STREAM_BYTES); earlier groups stay stored"
+                )
             if not library_id:
                 library_id = self._authorize(message.library)
             elif message.library != library_id:
@@ -226,7 +280,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             return self._prepare(docs)
         except ValueError as exc:
             # Name the stream position, not the batch position, so the caller can find the document.
-            raise ValueError(f"stream message {offset}+: {exc}") from None
+            kind = LimitExceededError if isinstance(exc, LimitExceededError) else ValueError
+            raise kind(f"stream message {offset}+: {exc}") from None
 
     def DeleteDocument(
         self, request: retrieval_pb2.DeleteDocumentRequest, context: grpc.ServicerContext
