@@ -237,7 +237,7 @@ def test_restricted_check_catches_a_front_that_renders_everything(
 ) -> None:
     # Reverse proof: a front that renders RESTRICTED documents and embeds every record must be caught by
     # the same check the previous test relies on.
-    def leaky_render(data: bytes, meta: Any, *, library_id: str, dpi: int) -> list[Any]:
+    def leaky_render(data: bytes, meta: Any, *, library_id: str, dpi: int, **_: Any) -> list[Any]:
         return render_pdf_pages(data, dpi=dpi, doc_id=meta.doc_id, library=library_id)
 
     def leaky_replace(self: Any, records: Sequence[Any], *, doc_id: str) -> int:
