@@ -12,7 +12,9 @@ So once a worker is healthy again, full answers resume within ``open_s`` plus on
 
 ``Admission`` bounds the calls in flight to the worker: a call waits for a slot only as long as its own
 budget leaves room for the worker's usual latency (an exponential moving average of successful calls);
-otherwise it is shed at once instead of queueing into lateness.
+otherwise it is shed at once instead of queueing into lateness. It also shed calls while another call has
+been in flight for longer than ``hang_s`` (``max(hang_floor_s, hang_factor * usual latency)``): a hung
+worker is recognised while its first call is still waiting, before any timeout has fired.
 """
 
 from __future__ import annotations
@@ -112,35 +114,63 @@ class AdmissionRefusedError(RuntimeError):
 class Admission:
     """At most ``max_in_flight`` concurrent worker calls; waits are bounded by each call's budget."""
 
-    def __init__(self, max_in_flight: int = 64, *, ewma_alpha: float = 0.2) -> None:
+    def __init__(
+        self,
+        max_in_flight: int = 64,
+        *,
+        ewma_alpha: float = 0.2,
+        hang_floor_s: float = 0.1,
+        hang_factor: float = 8.0,
+    ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
+        self.hang_floor_s = hang_floor_s
+        self.hang_factor = hang_factor
+        self._started: dict[int, float] = {}
+        self._next_id = 0
         self._slots = threading.BoundedSemaphore(max_in_flight)
         self._alpha = ewma_alpha
         self._lock = threading.Lock()
         self.latency_s = 0.0  # moving average of successful calls; 0 until the first one
         self.shed = 0  # calls refused for lack of a slot
 
-    def acquire(self, budget_s: float | None) -> None:
-        """Take a slot, waiting at most ``budget_s`` minus the usual latency (forever for None)."""
+    def hang_s(self) -> float:
+        return max(self.hang_floor_s, self.hang_factor * self.latency_s)
+
+    def oldest_in_flight_s(self) -> float:
+        with self._lock:
+            return time.monotonic() - min(self._started.values()) if self._started else 0.0
+
+    def acquire(self, budget_s: float | None, *, probe: bool = False) -> int:
+        """Take a slot, waiting at most ``budget_s`` minus the usual latency (forever for None); returns
+        a ticket for :meth:`release`. A ``probe`` is not shed for a hanging call."""
+        stuck = self.oldest_in_flight_s()
+        if not probe and stuck > self.hang_s():
+            with self._lock:
+                self.shed += 1
+            raise AdmissionRefusedError(f"a worker call has been in flight for {stuck:.2f} s (worker hung?)")
         if budget_s is None:
             self._slots.acquire()
-            return
-        wait = budget_s - self.latency_s
-        if self._slots.acquire(blocking=wait > 0, timeout=wait if wait > 0 else None):
-            return
+        else:
+            wait = budget_s - self.latency_s
+            if not self._slots.acquire(blocking=wait > 0, timeout=wait if wait > 0 else None):
+                with self._lock:
+                    self.shed += 1
+                raise AdmissionRefusedError(
+                    f"{self.max_in_flight} worker calls already in flight and no slot frees within the "
+                    f"caller's budget ({budget_s:.3f} s)"
+                )
         with self._lock:
-            self.shed += 1
-        raise AdmissionRefusedError(
-            f"{self.max_in_flight} worker calls already in flight and no slot frees within the "
-            f"caller's budget ({budget_s:.3f} s)"
-        )
+            self._next_id += 1
+            self._started[self._next_id] = time.monotonic()
+            return self._next_id
 
-    def release(self, elapsed_s: float | None = None) -> None:
+    def release(self, ticket: int, elapsed_s: float | None = None) -> None:
         """Free a slot; ``elapsed_s`` of a successful call updates the latency average."""
-        if elapsed_s is not None:
-            with self._lock:
+        with self._lock:
+            self._started.pop(ticket, None)
+            if elapsed_s is not None:
                 if self.latency_s == 0.0:
                     self.latency_s = elapsed_s
                 else:

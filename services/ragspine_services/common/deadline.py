@@ -26,7 +26,7 @@ def remaining_s() -> float | None:
     return None if deadline is None else deadline - time.monotonic()
 
 
-def stage_budget(cap_s: float, *, reserve_s: float = 0.05, reserve_fraction: float = 0.15) -> float | None:
+def stage_budget(cap_s: float, *, reserve_s: float = 0.05, reserve_fraction: float = 0.35) -> float | None:
     """Seconds the next remote stage may take: ``cap_s``, cut to what is left of the caller's deadline
     minus a reserve for the stages that must still run after it (the lexical answer, fusion, the reply).
 

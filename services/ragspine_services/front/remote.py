@@ -112,7 +112,7 @@ class WorkerClient:
             raise BackendUnavailableError(f"model worker {method} skipped: {exc}") from None
         waited = time.monotonic()
         try:
-            self.admission.acquire(timeout)
+            ticket = self.admission.acquire(timeout, probe=probe)
         except AdmissionRefusedError as exc:
             if probe:
                 self.breaker.release_probe()
@@ -140,7 +140,7 @@ class WorkerClient:
             self.breaker.record_success(probe)
             return response
         finally:
-            self.admission.release(elapsed)
+            self.admission.release(ticket, elapsed)
 
     def _call(self, method: str, request: Any) -> Any:
         rpc = getattr(self._stub, method)
