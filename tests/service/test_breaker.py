@@ -52,6 +52,12 @@ def test_opens_after_consecutive_failures_then_probes_and_closes() -> None:
     assert breaker.before_call() is False
 
 
+def test_a_timed_out_call_opens_the_breaker_at_once() -> None:
+    breaker = CircuitBreaker(failure_threshold=3, open_s=0.5, clock=Clock())
+    breaker.record_failure(trip=True)
+    assert breaker.state == OPEN
+
+
 def test_a_released_probe_lets_the_next_call_probe() -> None:
     clock = Clock()
     breaker = CircuitBreaker(failure_threshold=1, open_s=0.1, clock=clock)

@@ -2,7 +2,9 @@
 
 ``CircuitBreaker`` has the usual three states:
 
-- CLOSED: calls go through; ``failure_threshold`` consecutive failures (timeouts, UNAVAILABLE, ...) open it.
+- CLOSED: calls go through; ``failure_threshold`` consecutive failures (UNAVAILABLE, ...) open it, and so
+  does a single call that ran out of its time (``trip=True``): a hung or slow worker is cut off at once,
+  before more callers spend their deadlines waiting on it.
 - OPEN: calls are refused at once (the caller degrades to its lexical answer without waiting on a hung or
   slow worker); after ``open_s`` seconds the breaker turns HALF_OPEN.
 - HALF_OPEN: one probe call at a time is let through; its success closes the breaker (full answers resume),
@@ -89,10 +91,10 @@ class CircuitBreaker:
                 self._state = CLOSED
                 self._probe_in_flight = False
 
-    def record_failure(self, probe: bool = False) -> None:
+    def record_failure(self, probe: bool = False, *, trip: bool = False) -> None:
         with self._lock:
             self._failures += 1
-            if probe or self._state == HALF_OPEN or (
+            if probe or trip or self._state == HALF_OPEN or (
                 self._state == CLOSED and self._failures >= self.failure_threshold
             ):
                 if self._state != OPEN:

@@ -7,9 +7,11 @@ needs (``common.deadline.stage_budget``); any failure raises ``BackendUnavailabl
 pipeline turns into a ``degraded`` flag instead of an error.
 
 Calls pass a circuit breaker and an admission gate (``common.breaker``): a hung or slow worker opens the
-breaker after a few failed calls, and from then on queries degrade at once instead of waiting; half-open
-probes close it again as soon as the worker answers. A call that would have to queue past its budget for
-a slot is shed the same way.
+breaker (after a few failed calls, or one call that ran out of time or hung past the worker's usual
+latency while the worker stopped answering health checks), and from then on queries degrade at once
+instead of waiting. Half-open probes are sent in the background with the next caller's request (that
+caller degrades at once; nobody waits on a worker not known to be healthy) and close the breaker as soon
+as the worker answers in time. A call that would have to queue past its budget for a slot is shed.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ragspine_services._gen import model_worker_pb2, model_worker_pb2_grpc
 from ragspine_services.common.breaker import (
@@ -40,6 +43,10 @@ _MIN_CALL_S = 0.005  # below this a worker call cannot succeed; skip it and degr
 _CALLER_FAULTS = frozenset(
     {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
 )
+
+
+class _WorkerHung(Exception):
+    """Internal: a call was abandoned because the worker stopped answering health checks."""
 
 
 def worker_channel_options() -> list[tuple[str, int]]:
@@ -87,6 +94,7 @@ class WorkerClient:
         else:
             self._channel = grpc.insecure_channel(address, options=worker_channel_options())
         self._stub = model_worker_pb2_grpc.ModelWorkerServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
         self._lock = threading.Lock()
         self._published: tuple[int, int] | None = None
 
@@ -99,10 +107,37 @@ class WorkerClient:
             raise BackendUnavailableError("no time left in the caller's deadline for the model worker")
         return budget
 
+    def alive(self, timeout_s: float = 0.1) -> bool:
+        """Whether the worker answers a health check within ``timeout_s`` (a hung process does not)."""
+        try:
+            self._health.Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+        return True
+
+    def _result(self, future: Any, timeout: float) -> Any:
+        """Wait for ``future`` (its own deadline is ``timeout`` s); once it has run past the worker's hang
+        threshold, check within the time it has left that the worker still answers at all, and abandon
+        the call when it does not (a SIGSTOPped or wedged process)."""
+        started = time.monotonic()
+        hang = self.admission.hang_s()
+        if hang >= timeout:
+            return future.result()
+        try:
+            return future.result(timeout=hang)
+        except grpc.FutureTimeoutError:
+            pass
+        left = timeout - (time.monotonic() - started)
+        if not future.done() and left > _MIN_CALL_S and not self.alive(min(0.1, left)):
+            future.cancel()
+            raise _WorkerHung from None
+        return future.result()
+
     def guarded(self, method: str, call: Any, timeout_s: float | None = None) -> Any:
-        """Run ``call(timeout)`` through the breaker and the admission gate, timing it out after
-        ``timeout_s`` (default: this client's budget for the current caller). Raises
-        ``BackendUnavailableError`` for any failure, refusal or lack of time."""
+        """Run the call that ``call(timeout)`` starts (it returns a gRPC future) through the breaker and
+        the admission gate, timing it out after ``timeout_s`` (default: this client's budget for the
+        current caller); a call on a worker that stopped answering health checks is abandoned early.
+        Raises ``BackendUnavailableError`` for any failure, refusal or lack of time."""
         timeout = self._timeout() if timeout_s is None else timeout_s
         if timeout < _MIN_CALL_S:
             raise BackendUnavailableError(f"no time left in the caller's deadline for {method}")
@@ -110,41 +145,78 @@ class WorkerClient:
             probe = self.breaker.before_call()
         except CircuitOpenError as exc:
             raise BackendUnavailableError(f"model worker {method} skipped: {exc}") from None
+        if probe:
+            self._probe(method, call, timeout)  # raises: this caller degrades now
         waited = time.monotonic()
         try:
-            ticket = self.admission.acquire(timeout, probe=probe)
+            ticket = self.admission.acquire(timeout)
         except AdmissionRefusedError as exc:
-            if probe:
-                self.breaker.release_probe()
             raise BackendUnavailableError(f"model worker {method} shed: {exc}") from None
         timeout -= time.monotonic() - waited
         started = time.monotonic()
         elapsed: float | None = None
         try:
             if timeout < _MIN_CALL_S:
-                if probe:
-                    self.breaker.release_probe()
                 raise BackendUnavailableError(f"no time left in the caller's deadline for {method}")
             try:
-                response = call(timeout)
+                response = self._result(call(timeout), timeout)
+            except _WorkerHung:
+                self.breaker.record_failure(trip=True)
+                raise BackendUnavailableError(
+                    f"model worker {method} abandoned: the worker stopped answering health checks"
+                ) from None
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if code in _CALLER_FAULTS:
-                    self.breaker.record_success(probe)  # the worker answered: it is alive
+                    self.breaker.record_success()  # the worker answered: it is alive
                 else:
-                    self.breaker.record_failure(probe)
+                    # A call that ran out of time means a hung or slow worker: open at once.
+                    self.breaker.record_failure(trip=code == grpc.StatusCode.DEADLINE_EXCEEDED)
                 name = code.name if code is not None else "UNKNOWN"
                 detail = exc.details() if hasattr(exc, "details") else ""
                 raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
             elapsed = time.monotonic() - started
-            self.breaker.record_success(probe)
+            self.breaker.record_success()
             return response
         finally:
             self.admission.release(ticket, elapsed)
 
+    def _probe(self, method: str, call: Any, timeout: float) -> NoReturn:
+        """Send the half-open probe in the background and degrade this caller at once: no caller waits
+        on a worker that is not known to be healthy. The probe is the caller's own request, bounded by
+        the time a healthy worker needs; its outcome closes or re-opens the breaker."""
+        timeout = min(timeout, max(self.admission.hang_s(), _MIN_CALL_S))
+        try:
+            ticket = self.admission.acquire(0.0, probe=True)
+        except AdmissionRefusedError:
+            self.breaker.release_probe()
+            raise BackendUnavailableError(f"model worker {method} skipped: no slot for a probe") from None
+        started = time.monotonic()
+
+        def done(future: Any) -> None:
+            error = future.exception() if not future.cancelled() else grpc.RpcError()
+            code = error.code() if error is not None and hasattr(error, "code") else None
+            if error is None or code in _CALLER_FAULTS:
+                self.breaker.record_success(probe=True)
+                self.admission.release(ticket, time.monotonic() - started if error is None else None)
+            else:
+                self.breaker.record_failure(probe=True)
+                self.admission.release(ticket)
+
+        try:
+            call(timeout).add_done_callback(done)
+        except Exception:
+            self.breaker.record_failure(probe=True)
+            self.admission.release(ticket)
+        raise BackendUnavailableError(
+            f"model worker {method} skipped: circuit half-open, probing the worker in the background"
+        )
+
     def _call(self, method: str, request: Any) -> Any:
         rpc = getattr(self._stub, method)
-        return self.guarded(method, lambda timeout: rpc(request, timeout=timeout, metadata=self._metadata))
+        return self.guarded(
+            method, lambda timeout: rpc.future(request, timeout=timeout, metadata=self._metadata)
+        )
 
     def _limits(self) -> tuple[int, int]:
         """``(max texts, max tokens)`` per request: the worker's published limits, fetched once.

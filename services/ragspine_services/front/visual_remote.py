@@ -99,7 +99,7 @@ class RemoteVisualEncoder:
         metadata = self.client._metadata
         # Through the client's breaker and admission gate: a hung worker fails an ingest fast once open.
         return self.client.guarded(
-            "EmbedPages", lambda t: stub.EmbedPages(request, timeout=t, metadata=metadata), timeout
+            "EmbedPages", lambda t: stub.EmbedPages.future(request, timeout=t, metadata=metadata), timeout
         )
 
     def embed_pages(self, images: Sequence[Any]) -> list[np.ndarray]:
