@@ -109,6 +109,7 @@ class Stats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.codes: Counter[tuple[str, str]] = Counter()
+        self.errors_by_phase: Counter[tuple[str, str]] = Counter()
         self.latency: dict[str, list[float]] = defaultdict(list)
         self.degraded: Counter[str] = Counter()  # per phase
         self.answers: Counter[str] = Counter()  # per phase
@@ -117,6 +118,8 @@ class Stats:
     def record(self, rpc: str, code: str, seconds: float, degraded: bool | None = None) -> None:
         with self.lock:
             self.codes[(rpc, code)] += 1
+            if code != "OK":
+                self.errors_by_phase[(self.phase, f"{rpc} {code}")] += 1
             self.latency[rpc].append(seconds)
             if degraded is not None:
                 self.answers[self.phase] += 1
@@ -259,6 +262,9 @@ def main() -> None:
         "calls": {f"{rpc} {code}": n for (rpc, code), n in sorted(stats.codes.items())},
         "errors": errors,
         "illegitimate_errors": illegitimate,
+        "errors_by_phase": {
+            f"{phase}: {what}": n for (phase, what), n in sorted(stats.errors_by_phase.items())
+        },
         "latency_ms": {
             rpc: {
                 "p50": round(statistics.median(values) * 1e3, 1),
@@ -282,6 +288,8 @@ def main() -> None:
     )
     print("calls:", ", ".join(f"{k}={v}" for k, v in report["calls"].items()))
     print(f"errors other than the legitimate ones: {illegitimate}  ({errors or 'none'})")
+    if report["errors_by_phase"]:
+        print("errors by phase:", report["errors_by_phase"])
     for rpc, row in report["latency_ms"].items():
         print(f"{rpc:9s} p50 {row['p50']:8.1f} ms   p99 {row['p99']:8.1f} ms   max {row['max']:8.1f} ms")
     print("degraded share of Retrieve answers by phase:", report["degraded_share"])
