@@ -183,9 +183,10 @@ class WorkerClient:
 
     def _probe(self, method: str, call: Any, timeout: float) -> NoReturn:
         """Send the half-open probe in the background and degrade this caller at once: no caller waits
-        on a worker that is not known to be healthy. The probe is the caller's own request, bounded by
-        the time a healthy worker needs; its outcome closes or re-opens the breaker."""
-        timeout = min(timeout, max(self.admission.hang_s(), _MIN_CALL_S))
+        on a worker that is not known to be healthy. The probe is the caller's own request with the
+        caller's budget (at most twice the client's per-call cap, so a long page-embedding budget cannot
+        hold the breaker half-open for minutes); its outcome closes or re-opens the breaker."""
+        timeout = min(timeout, 2 * self.timeout_s)
         try:
             ticket = self.admission.acquire(0.0, probe=True)
         except AdmissionRefusedError:
