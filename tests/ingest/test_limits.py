@@ -103,3 +103,16 @@ def test_parse_in_child_matches_in_process() -> None:
     assert parse_bytes(pdf, filename="a.pdf", limits=IngestLimits(memory_bytes=1 << 30)) == parse_bytes(
         pdf, filename="a.pdf"
     )
+
+
+def test_limits_come_from_settings_and_bad_values_are_refused() -> None:
+    from ragspine.settings import Settings
+
+    settings = Settings.from_env({"RAGSPINE_MAX_PAGE_PIXELS": "5000000", "RAGSPINE_PARSE_MEMORY_BYTES": "0"})
+    limits = IngestLimits.from_settings(settings)
+    assert limits.max_page_pixels == 5_000_000 and limits.memory_bytes == 0
+    assert limits.max_text_chars == Settings().max_document_text_chars
+    with pytest.raises(ValueError, match="RAGSPINE_MAX_DOCUMENT_PAGES"):
+        Settings.from_env({"RAGSPINE_MAX_DOCUMENT_PAGES": "many"})
+    with pytest.raises(ValueError, match="max_pages"):
+        IngestLimits(max_pages=0)

@@ -94,8 +94,11 @@ class CircuitBreaker:
     def record_failure(self, probe: bool = False, *, trip: bool = False) -> None:
         with self._lock:
             self._failures += 1
-            if probe or trip or self._state == HALF_OPEN or (
-                self._state == CLOSED and self._failures >= self.failure_threshold
+            if (
+                probe
+                or trip
+                or self._state == HALF_OPEN
+                or (self._state == CLOSED and self._failures >= self.failure_threshold)
             ):
                 if self._state != OPEN:
                     self.opened_count += 1
