@@ -78,6 +78,14 @@ def test_concurrent_ingests_beyond_the_limit_are_refused(make_front: Any) -> Non
     front.stub.Ingest(pb.IngestRequest(library="lib", documents=[doc]), timeout=10)  # the slot is free again
 
 
+def test_info_publishes_the_limits(make_front: Any) -> None:
+    front = make_front(limits=FrontLimits.from_settings(_settings(max_page_pixels=5_000_000)))
+    info = front.stub.Info(pb.RetrievalServiceInfoRequest(), timeout=5)
+    assert info.max_page_pixels == 5_000_000
+    assert info.max_document_text_chars == _settings().max_document_text_chars
+    assert info.max_concurrent_ingests == _settings().max_concurrent_ingests
+
+
 def test_stream_limits(make_front: Any) -> None:
     front = make_front(limits=FrontLimits(max_stream_documents=3, max_stream_bytes=10_000))
     docs = [pb.Document(doc_id=f"d{i}", text=f"document {i}") for i in range(5)]

@@ -439,6 +439,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             remote_worker=self.remote_worker,
             max_query_chars=lim.max_query_chars,
             visual_model=self._visual_model(),
+            max_document_text_chars=lim.ingest.max_text_chars,
+            max_document_pages=lim.ingest.max_pages,
+            max_page_pixels=lim.ingest.max_page_pixels,
+            max_document_pixels=lim.ingest.max_document_pixels,
+            max_concurrent_ingests=lim.max_concurrent_ingests,
+            max_stream_documents=lim.max_stream_documents,
+            max_stream_bytes=lim.max_stream_bytes,
         )
 
     def _visual_model(self) -> str:
