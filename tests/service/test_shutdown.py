@@ -1,7 +1,7 @@
 """SIGTERM under load: every call sent before the signal finishes (OK); later calls are refused without
 running (UNAVAILABLE from the drain, or CANCELLED when they reach the transport as it closes); the process
-exits 0 within the grace period. With gRPC's plain ``server.stop(grace)`` (the previous shutdown) about one
-run in two cancelled a call sent before the signal; ``test_drain_gate_*`` pin the drain's parts."""
+exits 0 within the grace period. With gRPC's plain ``server.stop(grace)`` (the previous shutdown) one
+run in three here cancelled a call sent before the signal; ``test_drain_gate_*`` pins the drain's parts."""
 
 from __future__ import annotations
 
