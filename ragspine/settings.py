@@ -131,6 +131,21 @@ class Settings:
     vector_drain_concurrency: int = 1
     vector_batch_size: int = 32
     vector_batch_tokens: int = 4096
+    # The front against a slow, hung or dead worker (see ragspine_services.common.breaker).
+    worker_fallback_reserve_s: float = 0.05  # least time kept from a caller's deadline for the lexical answer
+    worker_breaker_failures: int = 3  # consecutive failed worker calls that open the circuit breaker
+    worker_breaker_open_s: float = 0.5  # seconds the breaker stays open before a half-open probe
+    worker_max_in_flight: int = 64  # concurrent front->worker calls; more are shed (answers degrade)
+    # Ingestion limits (see ragspine.ingest.limits); each refusal names its variable.
+    max_document_text_chars: int = 4_000_000  # extracted text per document
+    max_document_pages: int = 2_000  # pages per PDF
+    max_page_pixels: int = 12_000_000  # pixels per rendered page: the DPI is lowered to fit
+    max_document_pixels: int = 150_000_000  # rendered pixels per document (all pages)
+    max_decompression_ratio: float = 40.0  # extracted text bytes per PDF byte (above 1 MiB of text)
+    max_concurrent_ingests: int = 4  # Ingest / IngestStream calls running at once; more are refused
+    max_stream_documents: int = 100_000  # documents per IngestStream call
+    max_stream_bytes: int = 2 * 1024**3  # document bytes per IngestStream call
+    parse_memory_bytes: int = 2 * 1024**3  # address-space cap of the PDF parse/render process; 0 = in-process
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

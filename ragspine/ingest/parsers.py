@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragspine.ingest.limits import IngestLimits
 from ragspine.ingest.pdf import pdf_text
+from ragspine.ingest.sandbox import run_bounded
 from ragspine.ingest.text import decode_utf8, markdown_title
 
 _BY_SUFFIX = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".pdf": "pdf"}
@@ -47,17 +49,31 @@ def detect_kind(*, filename: str = "", mime_type: str = "") -> str:
     )
 
 
-def parse_bytes(data: bytes, *, filename: str = "", mime_type: str = "") -> ParsedDocument:
+def parse_bytes(
+    data: bytes, *, filename: str = "", mime_type: str = "", limits: IngestLimits | None = None
+) -> ParsedDocument:
     """Parse file bytes. Raises ``ValueError`` for an unknown type, invalid UTF-8, a corrupt, encrypted or
-    text-less PDF, or a document with no text at all."""
+    text-less PDF, or a document with no text at all.
+
+    With ``limits``, a document beyond them raises ``LimitExceededError`` (a ``ValueError`` naming the limit
+    and its setting), and with ``limits.memory_bytes`` a PDF is parsed in a child process with that
+    address-space cap (``ragspine.ingest.sandbox``).
+    """
     kind = detect_kind(filename=filename, mime_type=mime_type)
     source = filename or "document"
     pages = 0
     if kind == "pdf":
-        text, pages = pdf_text(data, source=source)
+        if limits is not None and limits.memory_bytes:
+            text, pages = run_bounded(
+                pdf_text, data, source=source, limits=limits, memory_bytes=limits.memory_bytes, label=source
+            )
+        else:
+            text, pages = pdf_text(data, source=source, limits=limits)
         title = ""
     else:
         text = decode_utf8(data, source=source)
+        if limits is not None:
+            limits.check_text(len(text), source=source)
         title = markdown_title(text) if kind == "markdown" else ""
     if not text.strip():
         raise ValueError(f"{source} contains no text")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragspine.ingest.limits import IngestLimits
+
 
 def _pdfium() -> Any:
     try:
@@ -13,11 +15,12 @@ def _pdfium() -> Any:
     return pypdfium2
 
 
-def pdf_text(data: bytes, *, source: str = "PDF") -> tuple[str, int]:
+def pdf_text(data: bytes, *, source: str = "PDF", limits: IngestLimits | None = None) -> tuple[str, int]:
     """Text of every page (pages separated by blank lines) and the page count.
 
     Raises ``ValueError`` for data that is not a PDF, a corrupt PDF, a password-protected PDF, or a PDF
-    without any text layer.
+    without any text layer; ``LimitExceededError`` (a ``ValueError``) as soon as the document crosses one of
+    ``limits`` (pages, extracted text, decompression ratio), without reading the rest of it.
     """
     if not data.startswith(b"%PDF-"):
         raise ValueError(f"{source} is not a PDF (it does not start with %PDF-)")
@@ -32,7 +35,10 @@ def pdf_text(data: bytes, *, source: str = "PDF") -> tuple[str, int]:
             ) from None
         raise ValueError(f"{source} is a corrupt PDF that cannot be opened ({reason})") from None
     try:
+        if limits is not None:
+            limits.check_pages(len(document), source=source)
         pages: list[str] = []
+        chars = 0
         for index in range(len(document)):
             page = document[index]
             textpage = page.get_textpage()
@@ -44,6 +50,9 @@ def pdf_text(data: bytes, *, source: str = "PDF") -> tuple[str, int]:
             text = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "").strip()
             if text:
                 pages.append(text)
+                chars += len(text) + 2
+                if limits is not None:
+                    limits.check_text(chars, source=source, input_bytes=len(data))
         count = len(document)
     finally:
         document.close()

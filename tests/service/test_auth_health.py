@@ -148,7 +148,7 @@ def test_health_transitions_and_drain_on_stop() -> None:
     assert servicer.entered.wait(5)
     stopper = threading.Thread(target=running.stop, args=(5.0,))
     stopper.start()
-    time.sleep(0.1)
+    time.sleep(0.3)  # past the drain's accept window (calls on the wire at the signal still run)
     with pytest.raises(grpc.RpcError):  # new calls are refused while draining
         stub.Info(pb.RetrievalServiceInfoRequest(), timeout=1)
     call.join(5)

@@ -240,7 +240,7 @@ def test_restricted_check_catches_a_front_that_renders_everything(
 ) -> None:
     # Reverse proof: a front that renders RESTRICTED documents and embeds every record must be caught by
     # the same check the previous test relies on.
-    def leaky_render(data: bytes, meta: Any, *, library_id: str, dpi: int) -> list[Any]:
+    def leaky_render(data: bytes, meta: Any, *, library_id: str, dpi: int, **_: Any) -> list[Any]:
         return render_pdf_pages(data, dpi=dpi, doc_id=meta.doc_id, library=library_id)
 
     def leaky_prepare(self: Any, records: Sequence[Any], *, doc_id: str, reuse: bool = True) -> Any:
@@ -520,3 +520,24 @@ def test_multivectors_round_trip_and_truncation_is_refused() -> None:
     half.data = half.data[:-2]
     with pytest.raises(ValueError, match="needs 160 bytes"):
         unpack_multivector(half)
+
+
+def test_page_bombs_are_refused_or_rendered_smaller(make_stack: Callable[..., Stack]) -> None:
+    from tests.ingest.bombs import blank_pages
+
+    stack = make_stack()
+    _ingest(stack, _pdf_doc("fin", make_text_pdf(OPEN_PAGES)))
+    # 40 letter pages in a few KB at page_dpi=600: refused from the page sizes, before anything renders.
+    many = retrieval_pb2.Document(
+        doc_id="fin", file=blank_pages(40), filename="many.pdf", pages=True, page_dpi=600
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        _ingest(stack, many)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "RAGSPINE_MAX_DOCUMENT_PIXELS" in (caught.value.details() or "")
+    assert _retrieve(stack, "revenue", VISUAL, top_k=3).snippets  # the stored version still answers
+    # One 200 x 200 inch page: rendered at a DPI that fits RAGSPINE_MAX_PAGE_PIXELS instead of failing.
+    huge = retrieval_pb2.Document(
+        doc_id="huge", file=blank_pages(1, 14400, 14400), filename="huge.pdf", pages=True
+    )
+    assert _ingest(stack, huge).results[0].pages_indexed == 1

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ragspine.ingest.limits import IngestLimits
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.visual.library_pages import (
     DEFAULT_PAGE_DPI,
@@ -106,18 +107,23 @@ class IndexTarget:
         return self._pages
 
 
-def ingest_documents(target: IngestTarget, documents: Iterable[IngestDocument]) -> list[IngestOutcome]:
+def ingest_documents(
+    target: IngestTarget, documents: Iterable[IngestDocument], *, limits: IngestLimits | None = None
+) -> list[IngestOutcome]:
     """Write each document as the new version of its ``doc_id`` (see the module docstring); in order.
 
     Raises ``ValueError`` for a PDF that cannot be rendered, or pages requested from a library without a
     visual encoder, and whatever the encoder raises when it is unavailable; the failing document and the
     ones after it change nothing stored (earlier ones stay written).
     """
-    return [replace_document(target, document) for document in documents]
+    return [replace_document(target, document, limits=limits) for document in documents]
 
 
-def replace_document(target: IngestTarget, document: IngestDocument) -> IngestOutcome:
-    """Make ``document`` the one served version of its ``doc_id`` in ``target``."""
+def replace_document(
+    target: IngestTarget, document: IngestDocument, *, limits: IngestLimits | None = None
+) -> IngestOutcome:
+    """Make ``document`` the one served version of its ``doc_id`` in ``target``; PDF pages are rendered
+    within ``limits`` (``LimitExceededError`` beyond them, before anything is written)."""
     meta = document.meta
     index = target.writer()
     shelf = target.pages(create=document.pdf is not None)
@@ -126,7 +132,9 @@ def replace_document(target: IngestTarget, document: IngestDocument) -> IngestOu
         if shelf is None:
             raise ValueError(f"{meta.doc_id}: pages requested but library {target.library_id!r} has no pages")
         dpi = check_page_dpi(document.page_dpi)
-        records = render_document_pages(document.pdf, meta, library_id=shelf.library_id, dpi=dpi)
+        records = render_document_pages(
+            document.pdf, meta, library_id=shelf.library_id, dpi=dpi, limits=limits
+        )
         # Unchanged pages keep their vectors only when the write replaces them in place (shared database).
         prepared = shelf.prepare(records, doc_id=meta.doc_id, reuse=shelf.shares_database(index.store))
         shelf.last_reused = prepared.reused

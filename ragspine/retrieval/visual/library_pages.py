@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ragspine.ingest.limits import IngestLimits
 from ragspine.retrieval.chunking.types import METADATA_FIELDS, DocumentMeta
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
@@ -307,10 +308,13 @@ class LibraryPages:
         return out
 
 
-def render_document_pages(data: bytes, meta: DocumentMeta, *, library_id: str, dpi: int) -> list[PageRecord]:
+def render_document_pages(
+    data: bytes, meta: DocumentMeta, *, library_id: str, dpi: int, limits: IngestLimits | None = None
+) -> list[PageRecord]:
     """Rendered pages of one PDF document; ``[]`` for a RESTRICTED one, which is never rendered.
 
-    Raises ``ValueError`` for a corrupt, encrypted or empty PDF.
+    Raises ``ValueError`` for a corrupt, encrypted or empty PDF, ``LimitExceededError`` beyond ``limits``
+    (see ``render_pdf_pages``).
     """
     if is_restricted(meta.sensitivity):
         return []
@@ -321,6 +325,7 @@ def render_document_pages(data: bytes, meta: DocumentMeta, *, library_id: str, d
         sensitivity=meta.sensitivity,
         library=library_id,
         metadata=page_metadata(meta),
+        limits=limits,
     )
 
 

@@ -7,11 +7,13 @@ on first use so that ``ragspine`` stays importable without them.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ragspine.ingest.limits import IngestLimits, LimitExceededError
 from ragspine.retrieval.constants import is_restricted
 
 _PDF_POINTS_PER_INCH = 72.0
@@ -91,8 +93,16 @@ def render_pdf_pages(
     sensitivity: str = "INTERNAL",
     library: str = "",
     metadata: Mapping[str, str] | None = None,
+    limits: IngestLimits | None = None,
 ) -> list[PageRecord]:
     """Render every page (or the first ``max_pages``) to an RGB image at ``dpi`` dots per inch.
+
+    With ``limits``: a PDF with more than ``limits.max_pages`` pages is refused; a page that would exceed
+    ``limits.max_page_pixels`` at ``dpi`` is rendered at the highest DPI that fits (refused when even 10 dpi
+    does not); the document is refused when its pages together exceed ``limits.max_document_pixels``
+    (checked from page sizes before anything is rendered). With ``limits.memory_bytes`` the rendering runs
+    in a child process with that address-space cap. Refusals raise ``LimitExceededError`` naming the
+    setting.
 
     ``doc_id`` defaults to the file's stem (required for bytes input). A US-letter page at the default
     100 dpi renders to 850 x 1100 pixels, the resolution of the ViDoRe-style evaluation set.
@@ -108,6 +118,26 @@ def render_pdf_pages(
         if isinstance(pdf_bytes_or_path, bytes | bytearray | memoryview):
             raise ValueError("doc_id is required when the PDF is given as bytes")
         doc_id = Path(pdf_bytes_or_path).stem
+    if limits is not None and limits.memory_bytes:
+        from ragspine.ingest.sandbox import run_bounded
+
+        source = bytes(pdf_bytes_or_path) if isinstance(pdf_bytes_or_path, bytearray | memoryview) else (
+            pdf_bytes_or_path
+        )
+        in_process = replace(limits, memory_bytes=0)
+        return run_bounded(
+            render_pdf_pages,
+            source,
+            dpi=dpi,
+            max_pages=max_pages,
+            doc_id=doc_id,
+            sensitivity=sensitivity,
+            library=library,
+            metadata=dict(metadata or {}),
+            limits=in_process,
+            memory_bytes=limits.memory_bytes,
+            label=f"PDF {doc_id!r}",
+        )
     import pypdfium2 as pdfium
 
     pdf = _open_pdf(pdf_bytes_or_path)
@@ -115,9 +145,11 @@ def render_pdf_pages(
         count = len(pdf)
         if count == 0:
             raise ValueError(f"PDF {doc_id!r} has no pages")
+        if limits is not None:
+            limits.check_pages(count, source=f"PDF {doc_id!r}")
         limit = count if max_pages is None else min(count, max_pages)
         meta = dict(metadata or {})
-        scale = dpi / _PDF_POINTS_PER_INCH
+        page_dpis = _page_dpis(pdf, limit, dpi, limits, doc_id) if limits is not None else [dpi] * limit
         records = []
         for index in range(limit):
             try:
@@ -126,7 +158,7 @@ def render_pdf_pages(
                 raise ValueError(f"page {index + 1} of PDF {doc_id!r} could not be loaded: {exc}") from None
             try:
                 width, height = page.get_size()
-                image = page.render(scale=scale).to_pil().convert("RGB")
+                image = page.render(scale=page_dpis[index] / _PDF_POINTS_PER_INCH).to_pil().convert("RGB")
                 textpage = page.get_textpage()
                 try:
                     text = textpage.get_text_bounded()
@@ -153,6 +185,40 @@ def render_pdf_pages(
         return records
     finally:
         pdf.close()
+
+
+def _pixels(width_pt: float, height_pt: float, dpi: float) -> int:
+    scale = dpi / _PDF_POINTS_PER_INCH
+    return math.ceil(width_pt * scale) * math.ceil(height_pt * scale)
+
+
+def _page_dpis(pdf: Any, count: int, dpi: int, limits: IngestLimits, doc_id: str) -> list[int]:
+    """The DPI each of the first ``count`` pages renders at under ``limits`` (see ``render_pdf_pages``)."""
+    dpis: list[int] = []
+    total = 0
+    for index in range(count):
+        width, height = pdf.get_page_size(index)
+        chosen = dpi
+        if _pixels(width, height, chosen) > limits.max_page_pixels:
+            area_in2 = max(width * height / _PDF_POINTS_PER_INCH**2, 1e-9)
+            chosen = min(dpi, int(math.sqrt(limits.max_page_pixels / area_in2)))
+            while chosen >= _MIN_DPI and _pixels(width, height, chosen) > limits.max_page_pixels:
+                chosen -= 1
+            if chosen < _MIN_DPI:
+                raise LimitExceededError(
+                    f"page {index + 1} of PDF {doc_id!r} ({width / 72:.0f} x {height / 72:.0f} in) exceeds "
+                    f"{limits.max_page_pixels} pixels even at {_MIN_DPI} dpi (limit max_page_pixels, set "
+                    "RAGSPINE_MAX_PAGE_PIXELS)"
+                )
+        dpis.append(chosen)
+        total += _pixels(width, height, chosen)
+        if total > limits.max_document_pixels:
+            raise LimitExceededError(
+                f"PDF {doc_id!r} needs more than {limits.max_document_pixels} pixels to render its first "
+                f"{index + 1} pages at {dpi} dpi (limit max_document_pixels, set "
+                "RAGSPINE_MAX_DOCUMENT_PIXELS); lower page_dpi or split the document"
+            )
+    return dpis
 
 
 def image_digest(image: Any) -> str:

@@ -844,6 +844,13 @@ class RetrievalServiceInfoResponse(_message.Message):
     EMBEDDING_DIM_FIELD_NUMBER: _builtins.int
     VECTORS_STORED_FIELD_NUMBER: _builtins.int
     VECTOR_DRAIN_CONCURRENCY_FIELD_NUMBER: _builtins.int
+    MAX_DOCUMENT_TEXT_CHARS_FIELD_NUMBER: _builtins.int
+    MAX_DOCUMENT_PAGES_FIELD_NUMBER: _builtins.int
+    MAX_PAGE_PIXELS_FIELD_NUMBER: _builtins.int
+    MAX_DOCUMENT_PIXELS_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_INGESTS_FIELD_NUMBER: _builtins.int
+    MAX_STREAM_DOCUMENTS_FIELD_NUMBER: _builtins.int
+    MAX_STREAM_BYTES_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """Package version."""
     max_message_bytes: _builtins.int
@@ -870,6 +877,22 @@ class RetrievalServiceInfoResponse(_message.Message):
     """True when vectors are kept in the store of record (a restart recomputes none)."""
     vector_drain_concurrency: _builtins.int
     """Embedding batches the background drainer runs at once (0 = no drainer: vectors computed by queries)."""
+    max_document_text_chars: _builtins.int
+    """Ingestion limits; a document or stream beyond one is refused with RESOURCE_EXHAUSTED naming it.
+    Most characters of text extracted from one document (RAGSPINE_MAX_DOCUMENT_TEXT_CHARS).
+    """
+    max_document_pages: _builtins.int
+    """Most pages in one PDF (RAGSPINE_MAX_DOCUMENT_PAGES)."""
+    max_page_pixels: _builtins.int
+    """Most pixels of one rendered page; larger pages render at a lower DPI (RAGSPINE_MAX_PAGE_PIXELS)."""
+    max_document_pixels: _builtins.int
+    """Most rendered pixels of one document, all pages together (RAGSPINE_MAX_DOCUMENT_PIXELS)."""
+    max_concurrent_ingests: _builtins.int
+    """Ingest and IngestStream calls running at once (RAGSPINE_MAX_CONCURRENT_INGESTS)."""
+    max_stream_documents: _builtins.int
+    """Most documents in one IngestStream call (RAGSPINE_MAX_STREAM_DOCUMENTS)."""
+    max_stream_bytes: _builtins.int
+    """Most bytes of documents in one IngestStream call (RAGSPINE_MAX_STREAM_BYTES)."""
     def __init__(
         self,
         *,
@@ -886,10 +909,17 @@ class RetrievalServiceInfoResponse(_message.Message):
         embedding_dim: _builtins.int = ...,
         vectors_stored: _builtins.bool = ...,
         vector_drain_concurrency: _builtins.int = ...,
+        max_document_text_chars: _builtins.int = ...,
+        max_document_pages: _builtins.int = ...,
+        max_page_pixels: _builtins.int = ...,
+        max_document_pixels: _builtins.int = ...,
+        max_concurrent_ingests: _builtins.int = ...,
+        max_stream_documents: _builtins.int = ...,
+        max_stream_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_mode", b"default_mode", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_query_chars", b"max_query_chars", "max_top_k", b"max_top_k", "pending_vectors", b"pending_vectors", "remote_worker", b"remote_worker", "vector_drain_concurrency", b"vector_drain_concurrency", "vectors_stored", b"vectors_stored", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_mode", b"default_mode", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "max_concurrent_ingests", b"max_concurrent_ingests", "max_document_pages", b"max_document_pages", "max_document_pixels", b"max_document_pixels", "max_document_text_chars", b"max_document_text_chars", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_page_pixels", b"max_page_pixels", "max_query_chars", b"max_query_chars", "max_stream_bytes", b"max_stream_bytes", "max_stream_documents", b"max_stream_documents", "max_top_k", b"max_top_k", "pending_vectors", b"pending_vectors", "remote_worker", b"remote_worker", "vector_drain_concurrency", b"vector_drain_concurrency", "vectors_stored", b"vectors_stored", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -87,8 +87,10 @@ class RetrievalServiceServicer:
 
     def IngestStream(self, request_iterator, context):
         """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
-        validated and committed in groups of 64; an invalid document fails the call with its stream position,
-        and groups committed before it stay stored.
+        validated in groups of 64, then committed one document at a time (each document is atomic; a group is
+        not). An invalid document fails the call with its stream position before anything of its group is
+        written; documents committed before the failure (earlier groups, or earlier documents of a group whose
+        write failed) stay stored. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

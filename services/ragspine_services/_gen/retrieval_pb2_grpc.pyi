@@ -43,8 +43,10 @@ class RetrievalServiceStub:
     """Parses, chunks, stores and indexes a batch of documents into one library."""
     IngestStream: _grpc.StreamUnaryMultiCallable[_retrieval_pb2.IngestStreamRequest, _retrieval_pb2.IngestStreamResponse]
     """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
-    validated and committed in groups of 64; an invalid document fails the call with its stream position,
-    and groups committed before it stay stored.
+    validated in groups of 64, then committed one document at a time (each document is atomic; a group is
+    not). An invalid document fails the call with its stream position before anything of its group is
+    written; documents committed before the failure (earlier groups, or earlier documents of a group whose
+    write failed) stay stored. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES.
     """
     DeleteDocument: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.DeleteDocumentRequest, _retrieval_pb2.DeleteDocumentResponse]
     """Withdraws every active chunk of one document from one library."""
@@ -68,8 +70,10 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     """Parses, chunks, stores and indexes a batch of documents into one library."""
     IngestStream: _aio.StreamUnaryMultiCallable[_retrieval_pb2.IngestStreamRequest, _retrieval_pb2.IngestStreamResponse]  # type: ignore[assignment]
     """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
-    validated and committed in groups of 64; an invalid document fails the call with its stream position,
-    and groups committed before it stay stored.
+    validated in groups of 64, then committed one document at a time (each document is atomic; a group is
+    not). An invalid document fails the call with its stream position before anything of its group is
+    written; documents committed before the failure (earlier groups, or earlier documents of a group whose
+    write failed) stay stored. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES.
     """
     DeleteDocument: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.DeleteDocumentRequest, _retrieval_pb2.DeleteDocumentResponse]  # type: ignore[assignment]
     """Withdraws every active chunk of one document from one library."""
@@ -102,8 +106,10 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_retrieval_pb2.IngestStreamResponse, _abc.Awaitable[_retrieval_pb2.IngestStreamResponse]]:
         """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
-        validated and committed in groups of 64; an invalid document fails the call with its stream position,
-        and groups committed before it stay stored.
+        validated in groups of 64, then committed one document at a time (each document is atomic; a group is
+        not). An invalid document fails the call with its stream position before anything of its group is
+        written; documents committed before the failure (earlier groups, or earlier documents of a group whose
+        write failed) stay stored. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES.
         """
 
     @_abc_1.abstractmethod

@@ -24,3 +24,17 @@ def remaining_s() -> float | None:
     """Seconds left before the current call's deadline (may be negative), or None without a deadline."""
     deadline = _DEADLINE.get()
     return None if deadline is None else deadline - time.monotonic()
+
+
+def stage_budget(cap_s: float, *, reserve_s: float = 0.05, reserve_fraction: float = 0.35) -> float | None:
+    """Seconds the next remote stage may take: ``cap_s``, cut to what is left of the caller's deadline
+    minus a reserve for the stages that must still run after it (the lexical answer, fusion, the reply).
+
+    The reserve is ``max(reserve_s, reserve_fraction * left)``. Returns ``None`` when there is no time for
+    the stage at all (the caller should skip it and degrade), else a positive number of seconds.
+    """
+    left = remaining_s()
+    if left is None:
+        return cap_s
+    budget = min(cap_s, left - max(reserve_s, reserve_fraction * max(left, 0.0)))
+    return budget if budget > 0 else None

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import grpc
 
+from ragspine.ingest.limits import LimitExceededError
+
 INTERNAL_MESSAGE = "internal error; the server log has the details"
 
 
@@ -39,6 +41,7 @@ class RequestTooLargeError(ValueError):
 # Order matters: the first matching class wins, so subclasses come before their bases.
 _TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (RequestTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (LimitExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),

@@ -2,7 +2,9 @@
 
 Health starts NOT_SERVING for the overall service ("") and every named service; the caller flips it to
 SERVING once indexes or models are loaded. SIGTERM (and SIGINT) flip it back to NOT_SERVING so load
-balancers stop sending work, then in-flight calls get ``grace_s`` seconds to finish before exit.
+balancers stop sending work; every call accepted before the signal then gets up to ``grace_s`` seconds to
+finish while later ones are refused with UNAVAILABLE (``common.drain``), and only then is the gRPC server
+stopped and the process left to exit.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -21,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ragspine_services.common.auth import Authenticator
+from ragspine_services.common.drain import DrainGate
 from ragspine_services.common.interceptor import ServiceInterceptor
 
 _LOG = logging.getLogger("ragspine_services.server")
@@ -50,6 +54,7 @@ class RunningServer:
     port: int
     health: health.HealthServicer
     service_names: tuple[str, ...]
+    gate: DrainGate = field(default_factory=DrainGate)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def set_serving(self, serving: bool) -> None:
@@ -61,11 +66,16 @@ class RunningServer:
             self.health.set(name, status)
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
-        """NOT_SERVING, refuse new calls, let in-flight calls finish for up to ``grace_s`` seconds."""
+        """NOT_SERVING, refuse new calls, let accepted calls finish for up to ``grace_s`` seconds."""
         if self._stopped.is_set():
             return
+        deadline = time.monotonic() + grace_s
         self.set_serving(False)
-        self.server.stop(grace_s).wait()
+        if grace_s > 0:
+            self.gate.start()
+            if not self.gate.wait_idle(deadline):
+                _LOG.warning("grace period over with calls in flight", extra={"calls": self.gate.in_flight})
+        self.server.stop(max(0.0, deadline - time.monotonic())).wait()
         self._stopped.set()
 
     def wait_for_signal(
@@ -109,9 +119,10 @@ def start_server(
     """
     if bool(tls_cert_file) != bool(tls_key_file):
         raise ValueError("TLS needs both a certificate file and a key file (tls_cert_file, tls_key_file)")
+    gate = DrainGate()
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[ServiceInterceptor(authenticator)],
+        interceptors=[gate, ServiceInterceptor(authenticator)],
         options=grpc_options(max_message_bytes),
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
@@ -131,7 +142,7 @@ def start_server(
         bound = server.add_insecure_port(address)
     if not bound:
         raise RuntimeError(f"could not bind {address}")
-    running = RunningServer(server, bound, health_servicer, tuple(service_names))
+    running = RunningServer(server, bound, health_servicer, tuple(service_names), gate)
     running.set_serving(False)
     server.start()
     _LOG.info(

@@ -10,6 +10,7 @@ from typing import Any
 
 from ragspine.common.sensitivity import SensitivityPolicy, effective_sensitivity
 from ragspine.ingest import parse_bytes
+from ragspine.ingest.limits import IngestLimits, LimitExceededError
 from ragspine.retrieval.chunking.types import METADATA_FIELDS, DocumentMeta
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter
@@ -167,17 +168,27 @@ def metadata_filter(
     )
 
 
-def document_text(doc: retrieval_pb2.Document, index: int) -> tuple[str, str]:
-    """``(text, title)`` of a wire document, parsing file bytes when given. ``ValueError`` names the doc."""
+def document_text(
+    doc: retrieval_pb2.Document, index: int, limits: IngestLimits | None = None
+) -> tuple[str, str]:
+    """``(text, title)`` of a wire document, parsing file bytes when given (within ``limits``).
+    ``ValueError`` (``LimitExceededError`` for a crossed limit) names the doc."""
     label = f"documents[{index}] ({doc.doc_id or 'no doc_id'})"
     kind = doc.WhichOneof("content")
     if kind == "text":
         if not doc.text.strip():
             raise ValueError(f"{label}: text is blank")
+        if limits is not None:
+            try:
+                limits.check_text(len(doc.text), source="text")
+            except LimitExceededError as exc:
+                raise LimitExceededError(f"{label}: {exc}") from None
         return doc.text, doc.title
     if kind == "file":
         try:
-            parsed = parse_bytes(doc.file, filename=doc.filename, mime_type=doc.mime_type)
+            parsed = parse_bytes(doc.file, filename=doc.filename, mime_type=doc.mime_type, limits=limits)
+        except LimitExceededError as exc:
+            raise LimitExceededError(f"{label}: {exc}") from None
         except ValueError as exc:
             raise ValueError(f"{label}: {exc}") from None
         return parsed.text, doc.title or parsed.title

@@ -2,28 +2,62 @@
 
 ``RemoteEmbeddingBackend`` (EmbeddingBackend), ``RemoteReranker`` (Reranker) and ``RemoteSparseEncoder``
 (SparseEncoder) look exactly like in-process backends to the retrieval pipeline. Every call is bounded by
-the smaller of ``timeout_s`` and the caller's remaining deadline (minus a reserve so the front can still
-answer lexical-only in time); any failure raises ``BackendUnavailableError``, which the pipeline turns into
-a ``degraded`` flag instead of an error.
+the smaller of ``timeout_s`` and the caller's remaining deadline minus the reserve the lexical fallback
+needs (``common.deadline.stage_budget``); any failure raises ``BackendUnavailableError``, which the
+pipeline turns into a ``degraded`` flag instead of an error.
+
+Calls pass a circuit breaker and an admission gate (``common.breaker``): a hung or slow worker opens the
+breaker (after a few failed calls, or one call that ran out of time or hung past the worker's usual
+latency while the worker stopped answering health checks), and from then on queries degrade at once
+instead of waiting. Half-open probes are sent in the background with the next caller's request (that
+caller degrades at once; nobody waits on a worker not known to be healthy) and close the breaker as soon
+as the worker answers in time. A call that would have to queue past its budget for a slot is shed.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ragspine_services._gen import model_worker_pb2, model_worker_pb2_grpc
-from ragspine_services.common.deadline import remaining_s
+from ragspine_services.common.breaker import (
+    Admission,
+    AdmissionRefusedError,
+    CircuitBreaker,
+    CircuitOpenError,
+)
+from ragspine_services.common.deadline import stage_budget
 from ragspine_services.common.errors import BackendUnavailableError
 from ragspine_services.common.server import grpc_options
 from ragspine_services.common.tokens import approx_tokens
 
 DEFAULT_MAX_BATCH_TOKENS = 16_384
 _MIN_CALL_S = 0.005  # below this a worker call cannot succeed; skip it and degrade at once
+# Status codes that say nothing about the worker's health (the request itself was refused).
+_CALLER_FAULTS = frozenset(
+    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
+)
+
+
+class _WorkerHung(Exception):
+    """Internal: a call was abandoned because the worker stopped answering health checks."""
+
+
+def worker_channel_options() -> list[tuple[str, int]]:
+    """``grpc_options`` plus short reconnect backoff, so a restarted worker is reached again within ~0.5 s
+    (gRPC's default backoff grows to minutes and kept answers degraded long after a restart)."""
+    return [
+        *grpc_options(),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 500),
+    ]
 
 
 class WorkerClient:
@@ -37,7 +71,12 @@ class WorkerClient:
         timeout_s: float = 5.0,
         tls_ca_file: str = "",
         max_client_batch: int = 256,
+        breaker: CircuitBreaker | None = None,
+        admission: Admission | None = None,
+        fallback_reserve_s: float = 0.05,
     ) -> None:
+        """``breaker`` / ``admission`` default to a fresh ``CircuitBreaker()`` / ``Admission()``;
+        ``fallback_reserve_s`` is the least time kept from the caller's deadline for the lexical answer."""
         if not address:
             raise ValueError("worker address is empty (expected host:port)")
         if timeout_s <= 0 or max_client_batch < 1:
@@ -45,13 +84,17 @@ class WorkerClient:
         self.address = address
         self.timeout_s = timeout_s
         self.max_client_batch = max_client_batch
+        self.breaker = breaker or CircuitBreaker()
+        self.admission = admission or Admission()
+        self.fallback_reserve_s = fallback_reserve_s
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         if tls_ca_file:
             creds = grpc.ssl_channel_credentials(Path(tls_ca_file).read_bytes())
-            self._channel = grpc.secure_channel(address, creds, options=grpc_options())
+            self._channel = grpc.secure_channel(address, creds, options=worker_channel_options())
         else:
-            self._channel = grpc.insecure_channel(address, options=grpc_options())
+            self._channel = grpc.insecure_channel(address, options=worker_channel_options())
         self._stub = model_worker_pb2_grpc.ModelWorkerServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
         self._lock = threading.Lock()
         self._published: tuple[int, int] | None = None
         self._models: tuple[str, str] | None = None
@@ -60,37 +103,139 @@ class WorkerClient:
         self._channel.close()
 
     def _timeout(self) -> float:
-        left = remaining_s()
-        if left is None:
-            return self.timeout_s
-        # Keep a reserve of the caller's time for the lexical answer that follows a failed call.
-        budget = left - min(0.05, 0.2 * max(left, 0.0))
-        if budget < _MIN_CALL_S:
+        budget = stage_budget(self.timeout_s, reserve_s=self.fallback_reserve_s)
+        if budget is None or budget < _MIN_CALL_S:
             raise BackendUnavailableError("no time left in the caller's deadline for the model worker")
-        return min(self.timeout_s, budget)
+        return budget
+
+    def alive(self, timeout_s: float = 0.1) -> bool:
+        """Whether the worker answers a health check within ``timeout_s`` (a hung process does not)."""
+        try:
+            self._health.Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+        return True
+
+    def _result(self, future: Any, timeout: float) -> Any:
+        """Wait for ``future`` (its own deadline is ``timeout`` s); once it has run past the worker's hang
+        threshold, check within the time it has left that the worker still answers at all, and abandon
+        the call when it does not (a SIGSTOPped or wedged process)."""
+        started = time.monotonic()
+        hang = self.admission.hang_s()
+        if hang >= timeout:
+            return future.result()
+        try:
+            return future.result(timeout=hang)
+        except grpc.FutureTimeoutError:
+            pass
+        left = timeout - (time.monotonic() - started)
+        if not future.done() and left > _MIN_CALL_S and not self.alive(min(0.1, left)):
+            future.cancel()
+            raise _WorkerHung from None
+        return future.result()
+
+    def guarded(self, method: str, call: Any, timeout_s: float | None = None) -> Any:
+        """Run the call that ``call(timeout)`` starts (it returns a gRPC future) through the breaker and
+        the admission gate, timing it out after ``timeout_s`` (default: this client's budget for the
+        current caller); a call on a worker that stopped answering health checks is abandoned early.
+        Raises ``BackendUnavailableError`` for any failure, refusal or lack of time."""
+        timeout = self._timeout() if timeout_s is None else timeout_s
+        if timeout < _MIN_CALL_S:
+            raise BackendUnavailableError(f"no time left in the caller's deadline for {method}")
+        try:
+            probe = self.breaker.before_call()
+        except CircuitOpenError as exc:
+            raise BackendUnavailableError(f"model worker {method} skipped: {exc}") from None
+        if probe:
+            self._probe(method, call, timeout)  # raises: this caller degrades now
+        waited = time.monotonic()
+        try:
+            ticket = self.admission.acquire(timeout)
+        except AdmissionRefusedError as exc:
+            raise BackendUnavailableError(f"model worker {method} shed: {exc}") from None
+        timeout -= time.monotonic() - waited
+        started = time.monotonic()
+        elapsed: float | None = None
+        try:
+            if timeout < _MIN_CALL_S:
+                raise BackendUnavailableError(f"no time left in the caller's deadline for {method}")
+            try:
+                response = self._result(call(timeout), timeout)
+            except _WorkerHung:
+                self.breaker.record_failure(trip=True)
+                raise BackendUnavailableError(
+                    f"model worker {method} abandoned: the worker stopped answering health checks"
+                ) from None
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                if code in _CALLER_FAULTS:
+                    self.breaker.record_success()  # the worker answered: it is alive
+                else:
+                    # A call that ran out of time means a hung or slow worker: open at once.
+                    self.breaker.record_failure(trip=code == grpc.StatusCode.DEADLINE_EXCEEDED)
+                name = code.name if code is not None else "UNKNOWN"
+                detail = exc.details() if hasattr(exc, "details") else ""
+                raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
+            elapsed = time.monotonic() - started
+            self.breaker.record_success()
+            return response
+        finally:
+            self.admission.release(ticket, elapsed)
+
+    def _probe(self, method: str, call: Any, timeout: float) -> NoReturn:
+        """Send the half-open probe in the background and degrade this caller at once: no caller waits
+        on a worker that is not known to be healthy. The probe is the caller's own request with the
+        caller's budget (at most twice the client's per-call cap, so a long page-embedding budget cannot
+        hold the breaker half-open for minutes); its outcome closes or re-opens the breaker."""
+        timeout = min(timeout, 2 * self.timeout_s)
+        try:
+            ticket = self.admission.acquire(0.0, probe=True)
+        except AdmissionRefusedError:
+            self.breaker.release_probe()
+            raise BackendUnavailableError(f"model worker {method} skipped: no slot for a probe") from None
+        started = time.monotonic()
+
+        def done(future: Any) -> None:
+            error = future.exception() if not future.cancelled() else grpc.RpcError()
+            code = error.code() if error is not None and hasattr(error, "code") else None
+            if error is None or code in _CALLER_FAULTS:
+                self.breaker.record_success(probe=True)
+                self.admission.release(ticket, time.monotonic() - started if error is None else None)
+            else:
+                self.breaker.record_failure(probe=True)
+                self.admission.release(ticket)
+
+        try:
+            call(timeout).add_done_callback(done)
+        except Exception:
+            self.breaker.record_failure(probe=True)
+            self.admission.release(ticket)
+        raise BackendUnavailableError(
+            f"model worker {method} skipped: circuit half-open, probing the worker in the background"
+        )
 
     def _call(self, method: str, request: Any) -> Any:
         rpc = getattr(self._stub, method)
-        try:
-            return rpc(request, timeout=self._timeout(), metadata=self._metadata)
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            name = code.name if code is not None else "UNKNOWN"
-            detail = exc.details() if hasattr(exc, "details") else ""
-            raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
+        return self.guarded(
+            method, lambda timeout: rpc.future(request, timeout=timeout, metadata=self._metadata)
+        )
 
     def _limits(self) -> tuple[int, int]:
-        """``(max texts, max tokens)`` per request: the worker's published limits, fetched once."""
+        """``(max texts, max tokens)`` per request: the worker's published limits, fetched once.
+
+        The Info call runs outside the lock: a hung worker must not make concurrent queries queue here."""
         with self._lock:
-            if self._published is None:
-                try:
-                    info = self.info()
-                except BackendUnavailableError:
-                    return self.max_client_batch, DEFAULT_MAX_BATCH_TOKENS  # try again next time
-                self._published = (
-                    min(self.max_client_batch, info.max_client_batch or self.max_client_batch),
-                    info.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
-                )
+            if self._published is not None:
+                return self._published
+        try:
+            info = self.info()
+        except BackendUnavailableError:
+            return self.max_client_batch, DEFAULT_MAX_BATCH_TOKENS  # try again next time
+        with self._lock:
+            self._published = (
+                min(self.max_client_batch, info.max_client_batch or self.max_client_batch),
+                info.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
+            )
             return self._published
 
     def model_ids(self) -> tuple[str, str]:

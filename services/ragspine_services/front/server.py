@@ -14,6 +14,7 @@ from ragspine.retrieval.rerank.base import Reranker
 from ragspine.settings import Settings
 from ragspine_services._gen import retrieval_pb2_grpc, structured_pb2_grpc
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, TokenTableAuthenticator
+from ragspine_services.common.breaker import Admission, CircuitBreaker
 from ragspine_services.common.metrics import start_metrics_server
 from ragspine_services.common.server import RunningServer, start_server
 from ragspine_services.common.tracing import configure_tracing, shutdown_tracing
@@ -79,6 +80,11 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
             token=settings.worker_token,
             timeout_s=settings.worker_timeout_s,
             tls_ca_file=settings.extra.get("worker_tls_ca_file", ""),
+            breaker=CircuitBreaker(
+                failure_threshold=settings.worker_breaker_failures, open_s=settings.worker_breaker_open_s
+            ),
+            admission=Admission(settings.worker_max_in_flight),
+            fallback_reserve_s=settings.worker_fallback_reserve_s,
         )
         embedding = RemoteEmbeddingBackend(worker) if mode.uses_embedding and specs.embedding else None
         reranker = RemoteReranker(worker) if specs.reranker else None
@@ -115,7 +121,7 @@ def start_front(
     """Start the front server, load every library on disk, then report SERVING."""
     servicer = RetrievalServicer(
         parts.catalog,
-        limits=limits,
+        limits=limits or FrontLimits.from_settings(settings),
         default_mode=parts.default_mode,
         reranker_name=parts.reranker_name,
         remote_worker=parts.worker is not None,

@@ -14,13 +14,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
 import ragspine
 from ragspine.retrieval.chunking.factory import make_chunker
+from ragspine.ingest.limits import IngestLimits, LimitExceededError
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.expansion import normalize_expansion
 from ragspine.retrieval.indexing.ledger import model_id
@@ -41,7 +42,12 @@ from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
 from ragspine_services.common.auth import WRITE, current_caller
 from ragspine_services.common.deadline import call_deadline
-from ragspine_services.common.errors import BackendUnavailableError, NotFoundError, RequestTooLargeError
+from ragspine_services.common.errors import (
+    BackendUnavailableError,
+    NotFoundError,
+    OverloadedError,
+    RequestTooLargeError,
+)
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine_services.front import convert
 from ragspine_services.front.libraries import Library, LibraryCatalog, check_library_id
@@ -57,6 +63,19 @@ class FrontLimits:
     max_documents_per_request: int = 1000
     max_query_chars: int = 4096
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ingest: IngestLimits = field(default_factory=IngestLimits)  # per-document parse / render bounds
+    max_concurrent_ingests: int = 4
+    max_stream_documents: int = 100_000
+    max_stream_bytes: int = 2 * 1024**3
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> FrontLimits:
+        return cls(
+            ingest=IngestLimits.from_settings(settings),
+            max_concurrent_ingests=settings.max_concurrent_ingests,
+            max_stream_documents=settings.max_stream_documents,
+            max_stream_bytes=settings.max_stream_bytes,
+        )
 
 
 _MODES: dict[int, str] = {
@@ -91,6 +110,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self.remote_worker = remote_worker
         self._raptor_trees: dict[str, RaptorTreeCache] = {}
         self._raptor_lock = threading.Lock()
+        self._ingest_slots = threading.BoundedSemaphore(self.limits.max_concurrent_ingests)
+
+    def _ingest_slot(self) -> None:
+        if not self._ingest_slots.acquire(blocking=False):
+            raise OverloadedError(
+                f"{self.limits.max_concurrent_ingests} ingest calls are already running (limit "
+                "max_concurrent_ingests, set RAGSPINE_MAX_CONCURRENT_INGESTS); retry shortly"
+            )
 
     # ------------------------------------------------------------------ ingest
     @staticmethod
@@ -110,7 +137,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 # A scan has no text layer to index: its pages are found visually only.
                 text, title = "", doc.title
             else:
-                text, title = convert.document_text(doc, i)
+                text, title = convert.document_text(doc, i, self.limits.ingest)
             meta = convert.document_meta(doc, title, i, text=text, policy=self.catalog.sensitivity_policy)
             if doc.chunker:
                 try:
@@ -148,8 +175,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         except ValueError as exc:
             raise ValueError(f"{label}: {exc}") from None
 
-    @staticmethod
-    def _ingest(library: Library, prepared: list[IngestDocument]) -> list[retrieval_pb2.DocumentResult]:
+    def _ingest(self, library: Library, prepared: list[IngestDocument]) -> list[retrieval_pb2.DocumentResult]:
         # Each document replaces its previous version totally: chunks and pages in one transaction.
         return [
             retrieval_pb2.DocumentResult(
@@ -158,7 +184,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 pages_indexed=out.pages_indexed,
                 chunks_pending_vectors=library.awaiting_vectors(out.doc_id) if out.chunks_written else 0,
             )
-            for out in ingest_documents(library, prepared)
+            for out in ingest_documents(library, prepared, limits=self.limits.ingest)
         ]
 
     def Ingest(
@@ -173,20 +199,45 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 f"{self.limits.max_documents_per_request}: use IngestStream or split the batch"
             )
         self._authorize(request.library)
-        prepared = self._prepare(request.documents)
-        # The library is created only once its first batch is known to be valid.
-        results = self._ingest(self.catalog.get(request.library, create=True), prepared)
+        self._ingest_slot()
+        try:
+            prepared = self._prepare(request.documents)
+            # The library is created only once its first batch is known to be valid.
+            results = self._ingest(self.catalog.get(request.library, create=True), prepared)
+        finally:
+            self._ingest_slots.release()
         return retrieval_pb2.IngestResponse(results=results, timings=_timings(started))
 
     def IngestStream(
         self, request_iterator: Iterator[retrieval_pb2.IngestStreamRequest], context: grpc.ServicerContext
+    ) -> retrieval_pb2.IngestStreamResponse:
+        self._ingest_slot()
+        try:
+            return self._ingest_stream(request_iterator)
+        finally:
+            self._ingest_slots.release()
+
+    def _ingest_stream(
+        self, request_iterator: Iterator[retrieval_pb2.IngestStreamRequest]
     ) -> retrieval_pb2.IngestStreamResponse:
         started = time.perf_counter()
         library_id = ""
         results: list[Any] = []
         batch: list[retrieval_pb2.Document] = []
         offset = 0
-        for message in request_iterator:
+        received_bytes = 0
+        for received, message in enumerate(request_iterator, start=1):
+            received_bytes += message.ByteSize()
+            if received > self.limits.max_stream_documents:
+                raise RequestTooLargeError(
+                    f"the stream carried more than {self.limits.max_stream_documents} documents (limit "
+                    "max_stream_documents, set RAGSPINE_MAX_STREAM_DOCUMENTS); earlier groups stay stored"
+                )
+            if received_bytes > self.limits.max_stream_bytes:
+                raise RequestTooLargeError(
+                    f"the stream carried more than {self.limits.max_stream_bytes} bytes (limit "
+                    "max_stream_bytes, set RAGSPINE_MAX_STREAM_BYTES); earlier groups stay stored"
+                )
             if not library_id:
                 library_id = self._authorize(message.library)
             elif message.library != library_id:
@@ -211,7 +262,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             return self._prepare(docs)
         except ValueError as exc:
             # Name the stream position, not the batch position, so the caller can find the document.
-            raise ValueError(f"stream message {offset}+: {exc}") from None
+            kind = LimitExceededError if isinstance(exc, LimitExceededError) else ValueError
+            raise kind(f"stream message {offset}+: {exc}") from None
 
     def DeleteDocument(
         self, request: retrieval_pb2.DeleteDocumentRequest, context: grpc.ServicerContext
@@ -389,6 +441,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             remote_worker=self.remote_worker,
             max_query_chars=lim.max_query_chars,
             visual_model=self._visual_model(),
+            max_document_text_chars=lim.ingest.max_text_chars,
+            max_document_pages=lim.ingest.max_pages,
+            max_page_pixels=lim.ingest.max_page_pixels,
+            max_document_pixels=lim.ingest.max_document_pixels,
+            max_concurrent_ingests=lim.max_concurrent_ingests,
+            max_stream_documents=lim.max_stream_documents,
+            max_stream_bytes=lim.max_stream_bytes,
             **self._vector_info(),
         )
 

@@ -12,7 +12,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import grpc
 import numpy as np
 
 from ragspine_services._gen import model_worker_pb2
@@ -48,13 +47,17 @@ class RemoteVisualEncoder:
 
     def _describe(self) -> tuple[str, int]:
         with self._lock:
+            if self._identity is not None:
+                return self._identity
+        # Outside the lock: a hung worker must not make concurrent callers queue behind this call.
+        info = self.client.info()
+        if not info.visual_model:
+            raise BackendUnavailableError(
+                f"the model worker at {self.client.address} serves no visual model "
+                "(set RAGSPINE_VISUAL_EMBEDDER on the worker)"
+            )
+        with self._lock:
             if self._identity is None:
-                info = self.client.info()
-                if not info.visual_model:
-                    raise BackendUnavailableError(
-                        f"the model worker at {self.client.address} serves no visual model "
-                        "(set RAGSPINE_VISUAL_EMBEDDER on the worker)"
-                    )
                 self._identity = (info.visual_model, int(info.visual_dim))
             return self._identity
 
@@ -93,13 +96,11 @@ class RemoteVisualEncoder:
         if timeout <= 0:
             raise BackendUnavailableError("no time left in the caller's deadline to embed pages")
         stub = self.client._stub
-        try:
-            return stub.EmbedPages(request, timeout=timeout, metadata=self.client._metadata)
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            detail = exc.details() if hasattr(exc, "details") else ""
-            name = code.name if code is not None else "UNKNOWN"
-            raise BackendUnavailableError(f"model worker EmbedPages failed: {name}: {detail}") from None
+        metadata = self.client._metadata
+        # Through the client's breaker and admission gate: a hung worker fails an ingest fast once open.
+        return self.client.guarded(
+            "EmbedPages", lambda t: stub.EmbedPages.future(request, timeout=t, metadata=metadata), timeout
+        )
 
     def embed_pages(self, images: Sequence[Any]) -> list[np.ndarray]:
         """One float32 ``(n_patches, dim)`` array per PIL image, in order; ``ValueError`` for none."""
