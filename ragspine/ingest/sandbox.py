@@ -24,11 +24,20 @@ from ragspine.ingest.limits import LimitExceededError
 
 T = TypeVar("T")
 
-_PRELOAD = ["ragspine.ingest.pdf", "ragspine.retrieval.visual.pages", "pypdfium2", "PIL.Image"]
+# Modules the fork server imports once, so each bounded child starts with them loaded; modules whose
+# functions run here add themselves with ``preload(__name__)``.
+_PRELOAD = ["ragspine.ingest.pdf", "pypdfium2", "PIL.Image"]
 _context_lock = threading.Lock()
 _context: Any = None
 _slots: threading.BoundedSemaphore | None = None
 _slot_count = 0
+
+
+def preload(module: str) -> None:
+    """Have the fork server import ``module`` before the first bounded call (a no-op after it started)."""
+    with _context_lock:
+        if module not in _PRELOAD:
+            _PRELOAD.append(module)
 
 
 def _mp_context(max_concurrent: int) -> tuple[Any, threading.BoundedSemaphore]:

@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from ragspine.ingest.limits import IngestLimits, LimitExceededError
+from ragspine.ingest.sandbox import preload, run_bounded
 from ragspine.retrieval.constants import is_restricted
 
 _PDF_POINTS_PER_INCH = 72.0
 _MIN_DPI = 10
 _MAX_DPI = 600
+
+preload(__name__)  # rendering runs in the bounded child: have the fork server import this module once
 
 
 def page_locator(doc_id: str, page: int) -> str:
@@ -119,8 +122,6 @@ def render_pdf_pages(
             raise ValueError("doc_id is required when the PDF is given as bytes")
         doc_id = Path(pdf_bytes_or_path).stem
     if limits is not None and limits.memory_bytes:
-        from ragspine.ingest.sandbox import run_bounded
-
         source = bytes(pdf_bytes_or_path) if isinstance(pdf_bytes_or_path, bytearray | memoryview) else (
             pdf_bytes_or_path
         )

@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 
 import ragspine
-from ragspine.retrieval.chunking.factory import make_chunker
 from ragspine.ingest.limits import IngestLimits, LimitExceededError
+from ragspine.retrieval.chunking.factory import make_chunker
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.expansion import normalize_expansion
 from ragspine.retrieval.indexing.ledger import model_id
