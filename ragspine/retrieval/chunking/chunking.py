@@ -105,6 +105,7 @@ def span_chunk(
         period=meta.period,
         language=meta.language,
         sensitivity=meta.sensitivity,
+        metadata_json=meta.metadata_json,
     )
 
 

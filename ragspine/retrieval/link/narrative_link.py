@@ -87,6 +87,8 @@ def to_snippet(result: RetrievalResult, *, library_id: str | None = None) -> dic
         "parent_locator": c.parent_locator,
         "scores": scores,
     }
+    if c.metadata_json:
+        snippet["metadata"] = dict(c.metadata)
     if library_id is not None:
         snippet["library_id"] = library_id
     return snippet

@@ -84,6 +84,27 @@ class Document(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___MetadataValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___MetadataValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     DOC_ID_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
@@ -100,6 +121,7 @@ class Document(_message.Message):
     VALID_AS_OF_FIELD_NUMBER: _builtins.int
     PAGES_FIELD_NUMBER: _builtins.int
     PAGE_DPI_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Stable identifier; re-ingesting the same id replaces the previous version."""
     title: _builtins.str
@@ -138,6 +160,13 @@ class Document(_message.Message):
     """
     page_dpi: _builtins.int
     """Rendering resolution of `pages` in dots per inch (10-600); 0 = the server default (100)."""
+    @_builtins.property
+    def metadata(self) -> _containers.MessageMap[_builtins.str, Global___MetadataValue]:
+        """Arbitrary key/value metadata, stored with every chunk, returned in snippets and filterable. Keys are
+        1-64 letters, digits, '_', '-' or '.', starting with a letter or '_', and may not be a fixed field's
+        name (topic, title, doc_id, ...); at most 64 keys; strings up to 1024 characters.
+        """
+
     def __init__(
         self,
         *,
@@ -157,16 +186,55 @@ class Document(_message.Message):
         valid_as_of: _builtins.str = ...,
         pages: _builtins.bool = ...,
         page_dpi: _builtins.int = ...,
+        metadata: _abc.Mapping[_builtins.str, Global___MetadataValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "file", b"file", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "doc_id", b"doc_id", "entity", b"entity", "file", b"file", "filename", b"filename", "geography", b"geography", "language", b"language", "mime_type", b"mime_type", "page_dpi", b"page_dpi", "pages", b"pages", "period", b"period", "sensitivity", b"sensitivity", "source_locator_prefix", b"source_locator_prefix", "text", b"text", "title", b"title", "topic", b"topic", "valid_as_of", b"valid_as_of"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "doc_id", b"doc_id", "entity", b"entity", "file", b"file", "filename", b"filename", "geography", b"geography", "language", b"language", "metadata", b"metadata", "mime_type", b"mime_type", "page_dpi", b"page_dpi", "pages", b"pages", "period", b"period", "sensitivity", b"sensitivity", "source_locator_prefix", b"source_locator_prefix", "text", b"text", "title", b"title", "topic", b"topic", "valid_as_of", b"valid_as_of"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "file"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
 
 Global___Document: _TypeAlias = Document  # noqa: Y015
+
+@_typing.final
+class MetadataValue(_message.Message):
+    """One value of a document's arbitrary metadata."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STRING_VALUE_FIELD_NUMBER: _builtins.int
+    NUMBER_VALUE_FIELD_NUMBER: _builtins.int
+    DATE_VALUE_FIELD_NUMBER: _builtins.int
+    LIST_VALUE_FIELD_NUMBER: _builtins.int
+    string_value: _builtins.str
+    """A non-empty string."""
+    number_value: _builtins.float
+    """A finite number."""
+    date_value: _builtins.str
+    """An ISO 8601 date or date-time ("2024-06-30", "2024-06-30T12:00:00+02:00"); no offset means UTC."""
+    @_builtins.property
+    def list_value(self) -> Global___StringList:
+        """A list of non-empty strings (at most 256)."""
+
+    def __init__(
+        self,
+        *,
+        string_value: _builtins.str = ...,
+        number_value: _builtins.float = ...,
+        date_value: _builtins.str = ...,
+        list_value: Global___StringList | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "kind", b"kind", "list_value", b"list_value", "number_value", b"number_value", "string_value", b"string_value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "kind", b"kind", "list_value", b"list_value", "number_value", b"number_value", "string_value", b"string_value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["string_value", "number_value", "date_value", "list_value"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___MetadataValue: _TypeAlias = MetadataValue  # noqa: Y015
 
 @_typing.final
 class IngestRequest(_message.Message):
@@ -397,14 +465,24 @@ class FilterCondition(_message.Message):
     STRING_VALUE_FIELD_NUMBER: _builtins.int
     NUMBER_VALUE_FIELD_NUMBER: _builtins.int
     LIST_VALUE_FIELD_NUMBER: _builtins.int
+    DATE_VALUE_FIELD_NUMBER: _builtins.int
     field: _builtins.str
-    """Metadata field: topic, entity, geography, period, language, doc_id or title."""
+    """Metadata field: topic, entity, geography, period, language, doc_id, title, or a key of the documents'
+    arbitrary metadata (Document.metadata).
+    """
     op: _builtins.str
-    """Operator: eq, ne, in, nin, gt, gte, lt, lte or between."""
+    """Operator: eq, ne, in, nin, gt, gte, lt, lte or between (the spec operators), or contains,
+    not_contains, starts_with, ends_with, empty, not_empty, before, after; the names "is", "is not",
+    "not in", "not contains", "start with", "end with", "not empty", "=", "≠", ">", "<", "≥", "≤" are
+    accepted too. A field a document lacks never matches, except with `empty`: `language ne zh` keeps only
+    documents whose language is set and is not zh (RetrieveResponse.filter_fields counts the others).
+    """
     string_value: _builtins.str
     """A single string value."""
     number_value: _builtins.float
     """A single number value."""
+    date_value: _builtins.str
+    """An ISO 8601 date or date-time (before, after; also the order operators on date fields)."""
     @_builtins.property
     def list_value(self) -> Global___StringList:
         """A list of values (in, nin; between takes exactly two)."""
@@ -417,12 +495,13 @@ class FilterCondition(_message.Message):
         string_value: _builtins.str = ...,
         number_value: _builtins.float = ...,
         list_value: Global___StringList | None = ...,
+        date_value: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["list_value", b"list_value", "number_value", b"number_value", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "list_value", b"list_value", "number_value", b"number_value", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["field", b"field", "list_value", b"list_value", "number_value", b"number_value", "op", b"op", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "field", b"field", "list_value", b"list_value", "number_value", b"number_value", "op", b"op", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["string_value", "number_value", "list_value"]  # noqa: Y015
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["string_value", "number_value", "list_value", "date_value"]  # noqa: Y015
     _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
 
@@ -553,6 +632,27 @@ class Snippet(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___MetadataValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___MetadataValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TEXT_FIELD_NUMBER: _builtins.int
     DOC_ID_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
@@ -571,6 +671,7 @@ class Snippet(_message.Message):
     PARENT_LOCATOR_FIELD_NUMBER: _builtins.int
     PROMPT_TEXT_FIELD_NUMBER: _builtins.int
     IS_VISUAL_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """The passage; always a contiguous substring of the source document."""
     doc_id: _builtins.str
@@ -609,6 +710,10 @@ class Snippet(_message.Message):
     def scores(self) -> Global___Scores:
         """Per-stage scores."""
 
+    @_builtins.property
+    def metadata(self) -> _containers.MessageMap[_builtins.str, Global___MetadataValue]:
+        """The source document's arbitrary metadata (Document.metadata); empty when it has none."""
+
     def __init__(
         self,
         *,
@@ -630,14 +735,47 @@ class Snippet(_message.Message):
         parent_locator: _builtins.str = ...,
         prompt_text: _builtins.str = ...,
         is_visual: _builtins.bool = ...,
+        metadata: _abc.Mapping[_builtins.str, Global___MetadataValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scores", b"scores"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "doc_id", b"doc_id", "entity", b"entity", "geography", b"geography", "heading", b"heading", "is_visual", b"is_visual", "language", b"language", "library_id", b"library_id", "parent_id", b"parent_id", "parent_locator", b"parent_locator", "period", b"period", "prompt_text", b"prompt_text", "scores", b"scores", "sensitivity", b"sensitivity", "source_locator", b"source_locator", "text", b"text", "title", b"title", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "doc_id", b"doc_id", "entity", b"entity", "geography", b"geography", "heading", b"heading", "is_visual", b"is_visual", "language", b"language", "library_id", b"library_id", "metadata", b"metadata", "parent_id", b"parent_id", "parent_locator", b"parent_locator", "period", b"period", "prompt_text", b"prompt_text", "scores", b"scores", "sensitivity", b"sensitivity", "source_locator", b"source_locator", "text", b"text", "title", b"title", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Snippet: _TypeAlias = Snippet  # noqa: Y015
+
+@_typing.final
+class FilterFieldReport(_message.Message):
+    """How many candidate documents lacked one field a filter reads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_MISSING_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_CHECKED_FIELD_NUMBER: _builtins.int
+    field: _builtins.str
+    """The filtered field."""
+    documents_missing: _builtins.int
+    """Candidate documents (in the searched libraries, RESTRICTED never counted) without a value for it;
+    only `empty` matches them.
+    """
+    documents_checked: _builtins.int
+    """Candidate documents examined."""
+    def __init__(
+        self,
+        *,
+        field: _builtins.str = ...,
+        documents_missing: _builtins.int = ...,
+        documents_checked: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents_checked", b"documents_checked", "documents_missing", b"documents_missing", "field", b"field"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FilterFieldReport: _TypeAlias = FilterFieldReport  # noqa: Y015
 
 @_typing.final
 class RetrieveResponse(_message.Message):
@@ -648,6 +786,7 @@ class RetrieveResponse(_message.Message):
     SNIPPETS_FIELD_NUMBER: _builtins.int
     DEGRADED_FIELD_NUMBER: _builtins.int
     TIMINGS_FIELD_NUMBER: _builtins.int
+    FILTER_FIELDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def snippets(self) -> _containers.RepeatedCompositeFieldContainer[Global___Snippet]:
         """Snippets, best first."""
@@ -660,16 +799,21 @@ class RetrieveResponse(_message.Message):
     def timings(self) -> _common_pb2.Timings:
         """Where the time went."""
 
+    @_builtins.property
+    def filter_fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___FilterFieldReport]:
+        """Per filtered field, how many candidate documents lacked it (empty when the request had no filters)."""
+
     def __init__(
         self,
         *,
         snippets: _abc.Iterable[Global___Snippet] | None = ...,
         degraded: _abc.Iterable[_builtins.str] | None = ...,
         timings: _common_pb2.Timings | None = ...,
+        filter_fields: _abc.Iterable[Global___FilterFieldReport] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "snippets", b"snippets", "timings", b"timings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "filter_fields", b"filter_fields", "snippets", b"snippets", "timings", b"timings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

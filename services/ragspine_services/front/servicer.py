@@ -28,6 +28,7 @@ from ragspine_services.common.errors import BackendUnavailableError, NotFoundErr
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine_services.front import convert
 from ragspine_services.front import pages as visual
+from ragspine_services.front.filter_report import filter_report
 from ragspine_services.front.libraries import Library, LibraryCatalog, check_library_id
 
 _LOG = logging.getLogger("ragspine_services.front")
@@ -320,7 +321,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 visual_degraded = ["visual"]
             visual_ms["visual"] = (time.perf_counter() - visual_started) * 1e3
         if visual_snippets is not None and request.mode == retrieval_pb2.RETRIEVAL_MODE_VISUAL:
-            return self._respond(visual_snippets, visual_degraded, started, visual_ms)
+            return self._respond(visual_snippets, visual_degraded, started, visual_ms, mfilter)
         bound: list[_BoundRetriever] = []
         indexes = []
         for library in libraries:
@@ -347,10 +348,15 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         for b in bound:
             for stage, ms in b.timings_ms.items():
                 stages[stage] = stages.get(stage, 0.0) + ms
-        return self._respond(snippets, degraded, started, stages)
+        return self._respond(snippets, degraded, started, stages, mfilter)
 
     def _respond(
-        self, snippets: list[dict[str, Any]], degraded: list[str], started: float, stages: dict[str, float]
+        self,
+        snippets: list[dict[str, Any]],
+        degraded: list[str],
+        started: float,
+        stages: dict[str, float],
+        mfilter: MetadataFilter | None = None,
     ) -> retrieval_pb2.RetrieveResponse:
         for stage in degraded:
             metrics.DEGRADED.labels(stage).inc()
@@ -362,6 +368,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             snippets=[convert.snippet_message(s) for s in safe],
             degraded=degraded,
             timings=_timings(started, stages),
+            filter_fields=filter_report(mfilter),
         )
 
     # ------------------------------------------------------------------ catalog
