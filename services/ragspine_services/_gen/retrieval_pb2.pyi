@@ -273,22 +273,26 @@ class DocumentResult(_message.Message):
     DOC_ID_FIELD_NUMBER: _builtins.int
     CHUNKS_WRITTEN_FIELD_NUMBER: _builtins.int
     PAGES_INDEXED_FIELD_NUMBER: _builtins.int
+    REPLACED_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """The document's id."""
     chunks_written: _builtins.int
     """Chunks written; 0 when the document was unchanged."""
     pages_indexed: _builtins.int
     """Pages rendered, embedded and stored for visual retrieval (0 unless Document.pages was set)."""
+    replaced: _builtins.bool
+    """True when another version of this doc_id was active and this one replaced it."""
     def __init__(
         self,
         *,
         doc_id: _builtins.str = ...,
         chunks_written: _builtins.int = ...,
         pages_indexed: _builtins.int = ...,
+        replaced: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_written", b"chunks_written", "doc_id", b"doc_id", "pages_indexed", b"pages_indexed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_written", b"chunks_written", "doc_id", b"doc_id", "pages_indexed", b"pages_indexed", "replaced", b"replaced"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -154,10 +154,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             # Pages first: their embedding is the step that can fail (worker down) and it changes nothing
             # stored until it has succeeded.
             pages_indexed = self._ingest_pages(library, meta, doc)
+            existed = bool(text) and bool(library.store.active_chunks_for_docs([meta.doc_id]))
             written = index.ingest(text, meta, valid_as_of=valid_as_of) if text else 0
             results.append(
                 retrieval_pb2.DocumentResult(
-                    doc_id=meta.doc_id, chunks_written=written, pages_indexed=pages_indexed
+                    doc_id=meta.doc_id,
+                    chunks_written=written,
+                    pages_indexed=pages_indexed,
+                    replaced=existed and written > 0,
                 )
             )
         return results
