@@ -12,16 +12,17 @@ from google.protobuf.json_format import MessageToDict
 
 from ragspine_client._gen import retrieval_pb2 as pb
 
-# A metadata value: a string, a number, a date (``datetime.date``/``datetime`` on input; an ISO 8601 string
-# wrapped in ``MetaDate`` on output) or a list of strings.
-MetaValue = str | float | int | date | datetime | Sequence[str]
-
 
 @dataclass(frozen=True)
 class MetaDate:
-    """A date metadata value as the server returned it (ISO 8601)."""
+    """A date metadata value as an ISO 8601 string (how results carry dates; accepted on input too)."""
 
     iso: str
+
+
+# A metadata value: a string, a number, a date (``datetime.date``/``datetime``/``MetaDate``) or a list of
+# strings.
+MetaValue = str | float | int | date | datetime | MetaDate | Sequence[str]
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ class Document:
                 raise ValueError(f"metadata[{key!r}] is a bool; use a string or a number")
             if isinstance(value, int | float):
                 item.number_value = float(value)
+            elif isinstance(value, MetaDate):
+                item.date_value = value.iso
             elif isinstance(value, datetime | date):
                 item.date_value = value.isoformat()
             elif isinstance(value, str):
