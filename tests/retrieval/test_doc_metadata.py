@@ -203,3 +203,20 @@ def test_sqlite_store_keeps_metadata_and_migrates_an_old_table(tmp_path: Path) -
         ]
         assert store.replace_doc_chunks("new", changed) > 0  # a metadata change is a new version
         assert store.iter_chunks(doc_id="new")[0].metadata == {"dept": "Ops"}
+
+
+def test_all_of_keeps_a_filter_subclass_whole() -> None:
+    from ragspine.retrieval.filtering.metadata_filter import all_of
+
+    seen: list[str] = []
+
+    class Recording(MetadataFilter):
+        def matches(self, obj: object) -> bool:
+            seen.append(getattr(obj, "doc_id", ""))
+            return super().matches(obj)
+
+    combined = all_of(
+        Recording((FilterCondition("dept", "not empty", None),)), make_filter([("pages", "gt", 1)])
+    )
+    assert combined is not None and [c.doc_id for c in combined.apply(DOCS)] == ["a", "b", "c"]
+    assert seen == ["a", "b", "c", "d"]  # the subclass's own matches ran on every object

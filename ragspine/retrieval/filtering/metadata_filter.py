@@ -457,8 +457,9 @@ def all_of(*filters: MetadataFilter | None) -> MetadataFilter | None:
         return present[0]
     conditions: list[FilterCondition | MetadataFilter] = []
     for f in present:
-        # Flatten "and" filters so the common case stays a single flat list of conditions.
-        conditions.extend(f.conditions if f.combine == "and" else (f,))
+        # Flatten plain "and" filters so the common case stays a single flat list of conditions; a subclass
+        # (its own ``matches``) stays whole so its behaviour survives the intersection.
+        conditions.extend(f.conditions if f.combine == "and" and type(f) is MetadataFilter else (f,))
     return MetadataFilter(tuple(conditions), combine="and")
 
 
