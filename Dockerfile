@@ -16,10 +16,11 @@ COPY pyproject.toml README.md ./
 COPY proto/ proto/
 COPY ragspine/ ragspine/
 COPY services/ services/
+COPY clients/ clients/
 # The gRPC stubs are regenerated from proto/ here so the image never ships stubs older than its protos.
 # psycopg alone, not the [postgres] extra: in a cluster the database is external, no bundled server needed.
 RUN pip install grpcio-tools==1.85.1 mypy-protobuf==5.1.0 \
-    && python services/ragspine_services/gen_protos.py \
+    && python services/ragspine_services/gen_protos.py && python clients/python/sync_stubs.py \
     && pip install "/src[service,models,tracing,facts]" "psycopg[binary]==3.3.9" \
     && pip uninstall -y grpcio-tools mypy-protobuf
 

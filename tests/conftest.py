@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The typed client lives in clients/python (its own distribution; the repository's install ships it too).
+# Make a source checkout import it, here and in the servers and CLIs the tests start as subprocesses.
+_CLIENT_SRC = str(REPO_ROOT / "clients" / "python")
+if _CLIENT_SRC not in sys.path:
+    sys.path.append(_CLIENT_SRC)
+if _CLIENT_SRC not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), _CLIENT_SRC) if p)
 SHARED_DATA = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 

@@ -1,8 +1,10 @@
-"""``ragspine ingest PATH... --library L``: add txt, md, pdf files and BEIR jsonl corpora to a library.
+"""``ragspine ingest PATH... --library L``: add txt, md, pdf files and BEIR corpora to a library.
 
-Folders are walked recursively. A ``manifest.json`` in a folder supplies per-file metadata
-(``{"documents": [{"path", "doc_id", "title", "topic", ..., "sensitivity"}]}``); flags fill in the rest.
-Works on ``--data-dir`` directly, or through a running front with ``--server host:port``.
+Document ids: a file given by name gets its stem (``notes.txt`` -> ``notes``); a file found in a folder
+gets its path relative to that folder without the suffix (``a/notes.txt`` -> ``a/notes``), so files with the
+same name in different subfolders never collide. ``manifest.json`` overrides them (see ``MANIFEST_HELP``).
+A folder holding ``corpus.jsonl`` is a BEIR dataset: only the corpus is ingested (never queries.jsonl or
+qrels). Works on ``--data-dir`` directly, or through a running front with ``--server host:port``.
 
 Ingest returns once the text is stored (searchable lexically at once); vectors are made in the background.
 ``--wait`` then shows progress until the library's vectors are ready (a bar on a terminal, a line every
@@ -16,16 +18,59 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragspine.cli.front_access import FrontAccess, add_connection_args
+
 _FILE_SUFFIXES = {".txt", ".text", ".md", ".markdown", ".pdf"}
 _META_FLAGS = ("topic", "entity", "geography", "period", "language")
-_DOC_FIELDS = {"doc_id", "title", "sensitivity", "source_locator_prefix", "valid_as_of", *_META_FLAGS}
+_MANIFEST_FIELDS = (
+    "path",
+    "doc_id",
+    "title",
+    *_META_FLAGS,
+    "sensitivity",
+    "source_locator_prefix",
+    "valid_as_of",
+    "metadata",
+)
+_BEIR_SKIP = {"queries.jsonl"}
+
+MANIFEST_HELP = """\
+manifest.json: a folder (or a file's folder) may hold a manifest giving each file's fields:
+  {"documents": [{"path": "a/notes.txt", "doc_id": "team-a-notes", "title": "Team A notes",
+                  "topic": "hr", "language": "en", "sensitivity": "INTERNAL",
+                  "metadata": {"dept": "ops", "pages": 12, "tags": ["x", "y"],
+                               "signed": {"date": "2024-06-30"}}}]}
+  "path" is relative to the manifest's folder; every other key is optional: doc_id, title, topic, entity,
+  geography, period, language, sensitivity, source_locator_prefix, valid_as_of, metadata (strings, numbers,
+  string lists, {"date": ISO 8601}). Flags (--topic ...) fill in what an entry leaves out.
+Document ids: a file named on the command line gets its stem; a file found in a folder gets its path
+relative to that folder without the suffix (a/notes.txt -> a/notes). A folder with corpus.jsonl is a BEIR
+dataset: only corpus.jsonl is ingested."""
+
+
+@dataclass
+class Source:
+    """One file to send: a document file, or a BEIR corpus (``beir``) yielding many documents."""
+
+    path: Path
+    label: str
+    doc_id: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+    beir: bool = False
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("ingest", help="ingest files (txt, md, pdf) or BEIR jsonl into a library")
+    parser = sub.add_parser(
+        "ingest",
+        help="ingest files (txt, md, pdf) or a BEIR corpus into a library",
+        description="Ingest files (txt, md, pdf), folders and BEIR corpora into a library.",
+        epilog=MANIFEST_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("paths", nargs="+", help="files or folders")
     parser.add_argument("--library", required=True, help="target library id (created on first use)")
     parser.add_argument(
@@ -34,9 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name in _META_FLAGS:
         parser.add_argument(f"--{name}", default=None, help=f"{name} label for every document")
     parser.add_argument("--limit", type=int, default=None, help="at most this many records per jsonl file")
-    parser.add_argument("--server", default=None, help="host:port of a running front (default: in-process)")
-    parser.add_argument("--token", default=None, help="bearer token for --server (RAGSPINE_TOKEN)")
-    parser.add_argument("--data-dir", default=None, help="data folder for in-process ingest")
+    add_connection_args(parser, what="ingest")
     parser.add_argument(
         "--pages",
         action="store_true",
@@ -51,6 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="after ingesting, show progress until every chunk has its vectors (hybrid answers complete)",
     )
+    parser.add_argument("--json", action="store_true", help="print the response as JSON (snake_case)")
     parser.set_defaults(func=_run)
 
 
@@ -60,102 +104,207 @@ def _manifest(folder: Path) -> dict[str, dict[str, Any]]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return {str(entry["path"]): dict(entry) for entry in data["documents"]}
+        entries = {str(entry["path"]): dict(entry) for entry in data["documents"]}
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(
-            f"{path} is not a valid manifest ({exc}); expected {{'documents': [{{'path': ...}}]}}"
+            f"{path} is not a valid manifest ({type(exc).__name__}: {exc}); expected "
+            '{"documents": [{"path": ..., "doc_id": ...}]} (see ragspine ingest --help)'
         ) from None
+    for name, entry in entries.items():
+        unknown = sorted(set(entry) - set(_MANIFEST_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"{path}: entry {name!r} has unknown keys {unknown}; allowed: {', '.join(_MANIFEST_FIELDS)}"
+            )
+        if not (folder / name).is_file():
+            raise ValueError(f"{path}: entry {name!r} names no file in {folder}")
+    return entries
 
 
-def _files(paths: list[str]) -> Iterator[tuple[Path, dict[str, Any]]]:
+def _is_beir_folder(folder: Path) -> bool:
+    return (folder / "corpus.jsonl").is_file()
+
+
+def _from_folder(folder: Path) -> list[Source]:
+    if _is_beir_folder(folder):
+        return [Source(folder / "corpus.jsonl", f"{folder}/corpus.jsonl", beir=True)]
+    manifest = _manifest(folder)
+    sources = []
+    for child in sorted(folder.rglob("*")):
+        if not child.is_file():
+            continue
+        suffix = child.suffix.lower()
+        rel = child.relative_to(folder).as_posix()
+        if suffix == ".jsonl":
+            # A nested BEIR dataset contributes its corpus only.
+            if child.name == "corpus.jsonl" or (
+                not _is_beir_folder(child.parent) and child.name not in _BEIR_SKIP
+            ):
+                sources.append(Source(child, str(child), beir=True))
+            continue
+        if suffix not in _FILE_SUFFIXES:
+            continue
+        entry = manifest.get(rel, {})
+        doc_id = entry.get("doc_id") or rel[: -len(child.suffix)]
+        sources.append(Source(child, str(child), doc_id=doc_id, fields=entry))
+    return sources
+
+
+def discover(paths: list[str]) -> list[Source]:
+    """Every source the paths name, checked before anything is sent (missing paths, clashing ids)."""
+    sources: list[Source] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            manifest = _manifest(path)
-            for child in sorted(path.rglob("*")):
-                if child.is_file() and child.suffix.lower() in {*_FILE_SUFFIXES, ".jsonl"}:
-                    yield child, manifest.get(child.relative_to(path).as_posix(), {})
+            sources += _from_folder(path)
         elif path.is_file():
-            yield path, _manifest(path.parent).get(path.name, {})
+            if path.suffix.lower() == ".jsonl":
+                if path.name in _BEIR_SKIP:
+                    raise ValueError(f"{raw} holds BEIR queries, not documents; ingest corpus.jsonl instead")
+                sources.append(Source(path, raw, beir=True))
+                continue
+            if path.suffix.lower() not in _FILE_SUFFIXES:
+                raise ValueError(
+                    f"{raw}: unsupported file type {path.suffix or '(none)'}; use txt, md, pdf or jsonl"
+                )
+            entry = _manifest(path.parent).get(path.name, {})
+            sources.append(Source(path, raw, doc_id=entry.get("doc_id") or path.stem, fields=entry))
         else:
             raise FileNotFoundError(f"no such file or folder: {raw}")
+    seen: dict[str, str] = {}
+    for source in sources:
+        if source.beir:
+            continue
+        if source.doc_id in seen:
+            raise ValueError(
+                f"doc_id {source.doc_id!r} would come from both {seen[source.doc_id]} and {source.label}; "
+                "give one of them its own doc_id in manifest.json (see ragspine ingest --help)"
+            )
+        seen[source.doc_id] = source.label
+    return sources
 
 
-def _requests(args: argparse.Namespace) -> Iterator[Any]:
+def _metadata(raw: Any, where: str) -> dict[str, Any]:
+    """A manifest entry's metadata; ``{"date": "2024-06-30"}`` marks a date (the server checks it)."""
+    from ragspine_client import MetaDate
+
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: manifest metadata must be an object of key: value")
+    return {
+        key: MetaDate(str(value["date"])) if isinstance(value, dict) and set(value) == {"date"} else value
+        for key, value in raw.items()
+    }
+
+
+def documents(args: argparse.Namespace, sources: list[Source], labels: dict[str, str]) -> Iterator[Any]:
+    """Client ``Document``s for every source, read lazily; ``labels`` maps each doc_id to its file."""
     from ragspine.ingest import iter_beir_jsonl
-    from ragspine_services._gen import retrieval_pb2
+    from ragspine_client import Document
 
-    defaults = {name: getattr(args, name) for name in _META_FLAGS if getattr(args, name)}
+    defaults: dict[str, Any] = {name: getattr(args, name) for name in _META_FLAGS if getattr(args, name)}
     if args.sensitivity:
         defaults["sensitivity"] = args.sensitivity
-    for path, meta in _files(args.paths):
-        fields = {**defaults, **{k: v for k, v in meta.items() if k != "path" and k in _DOC_FIELDS}}
-        if path.suffix.lower() == ".jsonl":
-            for record in iter_beir_jsonl(path, limit=args.limit):
-                doc = retrieval_pb2.Document(
-                    doc_id=record.doc_id, title=record.title, text=record.text, **defaults
-                )
-                yield retrieval_pb2.IngestStreamRequest(library=args.library, document=doc)
+    for source in sources:
+        if source.beir:
+            for record in iter_beir_jsonl(source.path, limit=args.limit):
+                labels[record.doc_id] = source.label
+                yield Document(record.doc_id, text=record.text, title=record.title, **defaults)
             continue
-        fields.setdefault("doc_id", path.stem)
-        fields.setdefault("source_locator_prefix", path.name)
-        if getattr(args, "pages", False) and path.suffix.lower() == ".pdf":
+        entry = {k: v for k, v in source.fields.items() if k not in ("path", "doc_id", "metadata")}
+        fields = {**defaults, **entry}
+        fields.setdefault("source_locator_prefix", source.path.name)
+        if getattr(args, "pages", False) and source.path.suffix.lower() == ".pdf":
             fields.update(pages=True, page_dpi=args.page_dpi)
-        doc = retrieval_pb2.Document(file=path.read_bytes(), filename=path.name, **fields)
-        yield retrieval_pb2.IngestStreamRequest(library=args.library, document=doc)
+        try:
+            data = source.path.read_bytes()
+        except OSError as exc:
+            raise OSError(f"cannot read {source.label}: {exc.strerror or exc}") from None
+        labels[source.doc_id] = source.label
+        yield Document(
+            source.doc_id,
+            file=data,
+            filename=source.path.name,
+            metadata=_metadata(source.fields.get("metadata"), source.label),
+            **fields,
+        )
+
+
+class _Capturing:
+    """Iterates ``items`` for the RPC; an error raised while reading is kept so the command can report it
+    (the RPC itself only sees the stream break)."""
+
+    def __init__(self, items: Iterator[Any], progress: Any) -> None:
+        self._items = items
+        self._progress = progress
+        self.error: BaseException | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for item in self._items:
+                yield item
+                self._progress.update(1)
+        except Exception as exc:
+            self.error = exc
+            raise
 
 
 def _run(args: argparse.Namespace) -> int:
-    import os
+    from ragspine.cli.progress import Progress
 
-    from tqdm import tqdm
-
-    from ragspine.settings import Settings
-    from ragspine_services.client import LocalFront, RemoteFront
-
-    front: Any
-    if args.server:
-        token = args.token or os.environ.get("RAGSPINE_TOKEN", "")
-        front = RemoteFront(args.server, token=token, timeout_s=3600.0)
-    else:
-        # --wait fills the vectors here, so it needs the models; a plain ingest stores text only.
-        front = LocalFront(Settings.from_env(data_dir=args.data_dir), load_models=bool(args.wait))
+    sources = discover(args.paths)
+    beir = [s.label for s in sources if s.beir and s.path.name == "corpus.jsonl"]
+    if beir:
+        print(
+            f"BEIR corpus: ingesting {', '.join(beir)} (queries and qrels are not documents)", file=sys.stderr
+        )
+    labels: dict[str, str] = {}
+    # --wait without --server fills the vectors here, so it needs the models; a plain ingest stores text.
+    front = FrontAccess(args, load_models=bool(args.wait) and not args.server, timeout_s=3600.0)
     try:
-        with tqdm(unit="doc", desc=f"ingest → {args.library}", file=sys.stderr, disable=None) as bar:
-
-            def counted() -> Iterator[Any]:
-                for request in _requests(args):
-                    yield request
-                    bar.update(1)
-
-            response = front.IngestStream(counted())
-        _print_ingested(args, response)
+        with Progress(f"ingest → {args.library}") as progress:
+            stream = _Capturing(documents(args, sources, labels), progress)
+            try:
+                result = front.ingest_stream(args.library, iter(stream))
+            except Exception:
+                if stream.error is not None:
+                    raise stream.error from None
+                raise
         if args.wait:
+            _print_ingested(args, result, labels)
             wait_for_vectors(front, args.library)
+            return 0
     finally:
         front.close()
+    _print_ingested(args, result, labels)
     return 0
 
 
-def _print_ingested(args: argparse.Namespace, response: Any) -> None:
-    written = sum(r.chunks_written for r in response.results)
-    unchanged = sum(1 for r in response.results if r.chunks_written == 0)
+def _print_ingested(args: argparse.Namespace, result: Any, labels: dict[str, str]) -> None:
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+        return
+    for r in result.results:
+        if r.replaced:
+            print(f"replaced the stored version of {r.doc_id!r} with {labels.get(r.doc_id, r.doc_id)}")
+    written = sum(r.chunks_written for r in result.results)
+    unchanged = sum(1 for r in result.results if r.chunks_written == 0)
+    replaced = sum(1 for r in result.results if r.replaced)
     print(
-        f"ingested {len(response.results)} documents into {args.library!r}: {written} chunks written, "
-        f"{unchanged} unchanged ({response.timings.total_ms / 1000:.1f} s)"
+        f"ingested {len(result.results)} documents into {args.library!r}: {written} chunks written, "
+        f"{replaced} replaced, {unchanged} unchanged ({result.total_ms / 1000:.1f} s)"
     )
-    pages = sum(r.pages_indexed for r in response.results)
+    pages = sum(r.pages_indexed for r in result.results)
     if pages:
         print(f"{pages} pages rendered and indexed for visual retrieval")
-    pending = sum(r.chunks_pending_vectors for r in response.results)
+    pending = sum(r.chunks_pending_vectors for r in result.results)
     if pending:
         print(f"{pending} chunks await vectors (searchable lexically now; hybrid fills in as they are made)")
 
 
 def _library_pending(front: Any, library: str) -> int:
-    from ragspine_services._gen import retrieval_pb2
-
-    for entry in front.ListLibraries(retrieval_pb2.ListLibrariesRequest()).libraries:
+    for entry in front.list_libraries():
         if entry.library_id == library:
             return int(entry.pending_vectors)
     return 0

@@ -1,8 +1,7 @@
 """``ragspine query "..."``: print cited snippets from one or more libraries.
 
-Works on ``--data-dir`` directly, or through a running front with ``--server host:port``.
-``--filter`` takes ``field=value`` (equality), ``field!=value``, ``field>=value``, ``field<=value``,
-``field>value``, ``field<value``, or ``field=a,b`` (any of the listed values).
+Works on ``--data-dir`` directly, or through a running front with ``--server host:port``. See
+``FILTER_HELP`` for the ``--filter`` syntax.
 """
 
 from __future__ import annotations
@@ -12,84 +11,159 @@ import json
 import re
 from typing import Any
 
-_FILTER = re.compile(r"^(?P<field>[a-z_]+)\s*(?P<op>!=|>=|<=|=|>|<)\s*(?P<value>.*)$")
-_OPS = {"=": "eq", "!=": "ne", ">=": "gte", "<=": "lte", ">": "gt", "<": "lt"}
+from ragspine.cli.front_access import FrontAccess, add_connection_args
+
+_FIELD = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+_FILTER = re.compile(rf"^(?P<field>{_FIELD})\s*(?P<op>!=|>=|<=|=|>|<|≠|≥|≤)\s*(?P<value>.*)$")
+_OPS = {
+    "=": "eq",
+    "!=": "ne",
+    ">=": "gte",
+    "<=": "lte",
+    ">": "gt",
+    "<": "lt",
+    "≠": "ne",
+    "≥": "gte",
+    "≤": "lte",
+}
+# Word operators, longest first so "not contains" wins over "contains".
+_WORD_OPS = (
+    "not contains",
+    "not empty",
+    "not in",
+    "start with",
+    "starts with",
+    "end with",
+    "ends with",
+    "is not",
+    "contains",
+    "empty",
+    "before",
+    "after",
+    "is",
+    "in",
+)
+_FIXED_FIELDS = frozenset({"topic", "entity", "geography", "period", "language", "doc_id", "title"})
+_NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+
+FILTER_HELP = """\
+--filter forms (repeatable; all must hold):
+  field=value  field!=value  field>=value  field<=value  field>value  field<value  field=a,b (any of)
+  "field contains x"  "field not contains x"  "field start with x"  "field end with x"
+  "field is x"  "field is not x"  "field in a,b"  "field not in a,b"  "field empty"  "field not empty"
+  "field before 2024-06-30"  "field after 2024-06-30"
+field is a fixed label (topic, entity, geography, period, language, doc_id, title) or a key of the
+documents' metadata; a metadata value that looks like a number is compared as a number. A document that
+lacks the field never matches (except with "empty"); the answer says how many lacked it."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("query", help="ask a question and print cited snippets")
+    parser = sub.add_parser(
+        "query",
+        help="ask a question and print cited snippets",
+        epilog=FILTER_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("query", help="the question")
     parser.add_argument(
         "--library", action="append", default=[], help="library to search (repeatable; default all)"
     )
     parser.add_argument(
-        "--filter", action="append", default=[], help="metadata filter, e.g. language=zh (repeatable)"
+        "--filter",
+        action="append",
+        default=[],
+        help="metadata filter, e.g. language=zh (repeatable; see below)",
     )
     parser.add_argument("--top-k", type=int, default=5, help="snippets to print (default 5)")
     parser.add_argument("--mode", choices=("default", "lexical", "hybrid"), default="default")
-    parser.add_argument("--json", action="store_true", help="print the response as JSON")
-    parser.add_argument("--server", default=None, help="host:port of a running front (default: in-process)")
-    parser.add_argument("--token", default=None, help="bearer token for --server (RAGSPINE_TOKEN)")
-    parser.add_argument("--data-dir", default=None, help="data folder for in-process queries")
+    parser.add_argument("--json", action="store_true", help="print the response as JSON (snake_case names)")
+    add_connection_args(parser, what="queries")
     parser.set_defaults(func=_run)
 
 
-def parse_filter(text: str) -> Any:
-    """A wire ``FilterCondition`` from ``field<op>value``; ``ValueError`` shows the accepted forms."""
-    from ragspine_services._gen import retrieval_pb2
+def _scalar(cond: Any, field: str, op: str, value: str) -> None:
+    if op in ("before", "after"):
+        cond.date_value = value
+    elif field not in _FIXED_FIELDS and _NUMBER.match(value):
+        cond.number_value = float(value)
+    else:
+        cond.string_value = value
 
-    match = _FILTER.match(text.strip())
-    if not match or not match.group("value"):
-        raise ValueError(
-            f"--filter {text!r}: expected field=value, field!=value, field>=value, ... or field=a,b"
-        )
-    field, op, value = match.group("field"), _OPS[match.group("op")], match.group("value").strip()
-    if op == "eq" and "," in value:
-        values = [v.strip() for v in value.split(",") if v.strip()]
-        return retrieval_pb2.FilterCondition(
-            field=field, op="in", list_value=retrieval_pb2.StringList(values=values)
-        )
-    return retrieval_pb2.FilterCondition(field=field, op=op, string_value=value)
+
+def parse_filter(text: str) -> Any:
+    """A wire ``FilterCondition`` from one ``--filter``; ``ValueError`` shows the accepted forms."""
+    from ragspine_client._gen import retrieval_pb2
+
+    usage = (
+        f"--filter {text!r}: expected field=value, field!=value, field>=value, field=a,b or "
+        "'field contains x' (see ragspine query --help)"
+    )
+    stripped = text.strip()
+    match = _FILTER.match(stripped)
+    if match:
+        if not match.group("value").strip():
+            raise ValueError(usage)
+        field, op, value = match.group("field"), _OPS[match.group("op")], match.group("value").strip()
+        if op == "eq" and "," in value:
+            values = [v.strip() for v in value.split(",") if v.strip()]
+            return retrieval_pb2.FilterCondition(
+                field=field, op="in", list_value=retrieval_pb2.StringList(values=values)
+            )
+        cond = retrieval_pb2.FilterCondition(field=field, op=op)
+        _scalar(cond, field, op, value)
+        return cond
+    words = re.match(rf"^(?P<field>{_FIELD})\s+(?P<rest>.+)$", stripped)
+    if not words:
+        raise ValueError(usage)
+    field, rest = words.group("field"), words.group("rest")
+    for op in _WORD_OPS:
+        if rest == op or rest.startswith(op + " "):
+            value = rest[len(op) :].strip()
+            cond = retrieval_pb2.FilterCondition(field=field, op=op)
+            if op in ("empty", "not empty"):
+                if value:
+                    raise ValueError(f"--filter {text!r}: {op!r} takes no value")
+                return cond
+            if not value:
+                raise ValueError(f"--filter {text!r}: {op!r} needs a value")
+            if op in ("in", "not in"):
+                cond.list_value.values.extend(v.strip() for v in value.split(",") if v.strip())
+            else:
+                _scalar(cond, field, op, value)
+            return cond
+    raise ValueError(usage)
 
 
 def _run(args: argparse.Namespace) -> int:
-    import os
+    from ragspine_client._common import MODES
+    from ragspine_client._gen import retrieval_pb2
 
-    from google.protobuf.json_format import MessageToDict
-
-    from ragspine.settings import Settings
-    from ragspine_services._gen import retrieval_pb2
-    from ragspine_services.client import LocalFront, RemoteFront
-
-    modes = {
-        "default": retrieval_pb2.RETRIEVAL_MODE_UNSPECIFIED,
-        "lexical": retrieval_pb2.RETRIEVAL_MODE_LEXICAL,
-        "hybrid": retrieval_pb2.RETRIEVAL_MODE_HYBRID,
-    }
     request = retrieval_pb2.RetrieveRequest(
         query=args.query,
         libraries=args.library,
         filters=[parse_filter(f) for f in args.filter],
         top_k=args.top_k,
-        mode=modes[args.mode],
+        mode=MODES[args.mode],
     )
-    front: Any
-    if args.server:
-        front = RemoteFront(args.server, token=args.token or os.environ.get("RAGSPINE_TOKEN", ""))
-    else:
-        front = LocalFront(Settings.from_env(data_dir=args.data_dir))
+    front = FrontAccess(args)
     try:
-        response = front.Retrieve(request)
+        result = front.retrieve(request)
     finally:
         front.close()
     if args.json:
-        print(json.dumps(MessageToDict(response), ensure_ascii=False, indent=2))
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
         return 0
-    if response.degraded:
-        print(f"(degraded: {', '.join(response.degraded)} skipped)")
-    if not response.snippets:
+    if result.degraded:
+        print(f"(degraded: {', '.join(result.degraded)} skipped)")
+    for report in result.filter_fields:
+        if report.documents_missing:
+            print(
+                f"(filter: {report.documents_missing} of {report.documents_checked} documents have no "
+                f"{report.field!r}; they never match, except with '{report.field} empty')"
+            )
+    if not result.snippets:
         print("no matching snippets")
-    for rank, s in enumerate(response.snippets, start=1):
+    for rank, s in enumerate(result.snippets, start=1):
         print(f"[{rank}] {s.title or s.doc_id} — {s.source_locator} ({s.library_id}, {s.chunk_id})")
         text = " ".join(s.text.split())
         print(f"    {text[:400]}{'…' if len(text) > 400 else ''}")

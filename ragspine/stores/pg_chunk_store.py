@@ -84,6 +84,8 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("heading", "TEXT NOT NULL DEFAULT ''"),
     ("window_text", "TEXT NOT NULL DEFAULT ''"),
     ("parent_locator", "TEXT NOT NULL DEFAULT ''"),
+    # The document's arbitrary metadata, canonical JSON (filtering.doc_metadata).
+    ("metadata_json", "TEXT NOT NULL DEFAULT ''"),
     ("valid_as_of", "TEXT NOT NULL DEFAULT ''"),
     ("ingested_at", "TEXT NOT NULL DEFAULT ''"),
     ("version", "INTEGER NOT NULL DEFAULT 1"),
@@ -105,6 +107,8 @@ _INSERT = (
 _SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {_TABLE} ({', '.join(f'{n} {d}' for n, d in _COLUMNS)},"
     " PRIMARY KEY (doc_id, version, chunk_id))",
+    # Additive migration of a table created before the column existed.
+    f"ALTER TABLE {_TABLE} ADD COLUMN IF NOT EXISTS metadata_json TEXT NOT NULL DEFAULT ''",
     f'CREATE TABLE IF NOT EXISTS {_LOG} (seq BIGSERIAL PRIMARY KEY, doc_id TEXT COLLATE "C" NOT NULL,'
     " version INTEGER NOT NULL, n_chunks INTEGER NOT NULL, changed_at TEXT NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS ix_{_TABLE}_doc_active ON {_TABLE} (doc_id, active, seq)",

@@ -39,9 +39,9 @@ def _mypy_config() -> dict[str, Any]:
 def test_only_third_party_modules_may_be_missing() -> None:
     config = _mypy_config()
     assert lenient_first_party(config) == []
-    # The services source root is on mypy's path and both packages are checked.
-    assert config["mypy_path"] == "services"
-    assert set(config["packages"]) >= {"ragspine", "ragspine_services"}
+    # The services and client source roots are on mypy's path and every first-party package is checked.
+    assert config["mypy_path"].split(":") == ["services", "clients/python"]
+    assert set(config["packages"]) >= {"ragspine", "ragspine_services", "ragspine_client"}
     assert (ROOT / "services" / "ragspine_services" / "__init__.py").is_file()
 
 

@@ -88,9 +88,13 @@ _SCALARS: dict[int, st.SearchStrategy[Any]] = {
 def _field(field: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         if field.message_type.GetOptions().map_entry:
-            return st.dictionaries(
-                _TEXT, _SCALARS[field.message_type.fields_by_name["value"].type], max_size=3
+            value_field = field.message_type.fields_by_name["value"]
+            values = (
+                messages(value_field.message_type, depth + 1)
+                if value_field.type == FieldDescriptor.TYPE_MESSAGE
+                else _SCALARS[value_field.type]
             )
+            return st.dictionaries(_TEXT, values, max_size=3)
         inner = messages(field.message_type, depth + 1)
     else:
         inner = _SCALARS[field.type]
@@ -114,7 +118,11 @@ def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Messag
             field = descriptor.fields_by_name[name]
             target = getattr(message, name)
             if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
-                target.update(value)
+                if field.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
+                    for key, item in value.items():
+                        target[key].CopyFrom(item)
+                else:
+                    target.update(value)
             elif field.is_repeated:
                 if field.type == FieldDescriptor.TYPE_MESSAGE:
                     for item in value:

@@ -112,8 +112,11 @@ def test_filters_only_narrow(make_front) -> None:
         (pb.RetrieveRequest(query="x", top_k=5000), "top_k"),
         (pb.RetrieveRequest(query="x", libraries=["../etc"]), "library id"),
         (
-            pb.RetrieveRequest(query="x", filters=[pb.FilterCondition(field="salary", string_value="1")]),
-            "salary",
+            # Any metadata key is filterable now; a fixed chunk field that is not filterable is refused.
+            pb.RetrieveRequest(
+                query="x", filters=[pb.FilterCondition(field="window_text", string_value="1")]
+            ),
+            "window_text",
         ),
         (
             pb.RetrieveRequest(

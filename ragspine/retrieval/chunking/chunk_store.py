@@ -62,6 +62,8 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("heading", "TEXT NOT NULL DEFAULT ''"),
     ("window_text", "TEXT NOT NULL DEFAULT ''"),
     ("parent_locator", "TEXT NOT NULL DEFAULT ''"),
+    # The document's arbitrary metadata, canonical JSON (filtering.doc_metadata); added by ALTER TABLE.
+    ("metadata_json", "TEXT NOT NULL DEFAULT ''"),
     ("valid_as_of", "TEXT NOT NULL DEFAULT ''"),
     ("ingested_at", "TEXT NOT NULL DEFAULT ''"),
     ("version", "INTEGER NOT NULL DEFAULT 1"),

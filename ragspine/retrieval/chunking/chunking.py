@@ -111,6 +111,7 @@ def span_chunk(
         period=meta.period,
         language=meta.language,
         sensitivity=meta.sensitivity,
+        metadata_json=meta.metadata_json,
     )
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+
+from ragspine.retrieval.filtering.doc_metadata import MetaValue, decode_metadata
 
 # The metadata fields a caller may pre-filter on by keyword (topic=..., entity=..., ...).
 METADATA_FIELDS: tuple[str, ...] = ("topic", "entity", "geography", "period", "language")
@@ -34,6 +37,8 @@ class DocumentMeta:
     language: str = ""
     sensitivity: str = "INTERNAL"
     source_locator_prefix: str = ""
+    # Arbitrary key/value metadata as canonical JSON (filtering.doc_metadata.encode_metadata); "" = none.
+    metadata_json: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,13 @@ class Chunk:
     heading: str = ""
     window_text: str = ""
     parent_locator: str = ""
+    # The document's arbitrary metadata as canonical JSON (see filtering.doc_metadata); "" = none.
+    metadata_json: str = ""
+
+    @cached_property
+    def metadata(self) -> dict[str, MetaValue]:
+        """The document's arbitrary metadata (decoded once per chunk object; treat it as read-only)."""
+        return decode_metadata(self.metadata_json)
 
 
 @dataclass(frozen=True)

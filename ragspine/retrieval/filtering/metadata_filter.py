@@ -10,7 +10,24 @@ Matching rules, shared by every operator:
 - Strings compare lexicographically (``"2023Q4" < "2024Q1"``), numbers numerically (``int`` and ``float``
   mix freely). A string is never compared with a number: such a pair does not match and does not raise.
   Booleans are their own kind and only support equality (``eq``, ``ne``, ``in``, ``nin``).
-- Objects are read by attribute (dataclasses such as ``Chunk``) or, for mappings, by key.
+- Objects are read by attribute (dataclasses such as ``Chunk``) or, for mappings, by key. A name that is not
+  an attribute is looked up in the object's ``metadata`` mapping (a chunk's arbitrary document metadata,
+  see ``doc_metadata``), so ``{"field": "department", ...}`` filters on a custom key.
+
+Besides the nine spec operators (``ALLOWED_OPS``, unchanged) the filter takes ``EXTENDED_OPS``:
+``contains``/``not_contains`` (substring of a string; for a string list, a member equal to the value),
+``starts_with``/``ends_with`` (string prefix/suffix; for a list, any member), ``empty``/``not_empty`` (no
+value needed) and ``before``/``after`` (strictly earlier/later instant; the value is an ISO 8601 date or a
+Unix timestamp; the field is a date or an ISO 8601 string). ``OP_ALIASES`` maps the operator names
+platforms such as Dify send (``is``, ``is not``, ``not in``, ``start with``, ``=``, ``≠``, ``≥`` ...) onto
+them. For string-list fields, ``eq``/``in`` hold when any member matches, ``ne``/``nin``/``not_contains``
+when none does.
+
+The missing-field rule has one exception: ``empty`` holds exactly when the field is missing (absent,
+``""`` or an empty list). Every other operator, the negative ones (``ne``, ``nin``, ``not_contains``)
+included, never matches a missing field: ``language ne "zh"`` keeps only documents that *have* a language
+other than zh. To also keep documents without the field, OR the condition with ``{field} empty``. The
+gRPC response reports, per filtered field, how many candidate documents lacked it.
 """
 
 from __future__ import annotations
@@ -21,10 +38,49 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ragspine.retrieval.filtering.doc_metadata import DateValue, parse_moment
+
 T = TypeVar("T")
 
 ALLOWED_OPS: tuple[str, ...] = ("eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "between")
 ALLOWED_COMBINES: tuple[str, ...] = ("and", "or")
+EXTENDED_OPS: tuple[str, ...] = (
+    "contains",
+    "not_contains",
+    "starts_with",
+    "ends_with",
+    "empty",
+    "not_empty",
+    "before",
+    "after",
+)
+# Other spellings accepted for an op (lower-cased, inner spaces collapsed): Dify's names and symbols.
+OP_ALIASES: dict[str, str] = {
+    "is": "eq",
+    "=": "eq",
+    "==": "eq",
+    "is not": "ne",
+    "≠": "ne",
+    "!=": "ne",
+    ">": "gt",
+    "<": "lt",
+    "≥": "gte",
+    ">=": "gte",
+    "≤": "lte",
+    "<=": "lte",
+    "not in": "nin",
+    "not contains": "not_contains",
+    "start with": "starts_with",
+    "starts with": "starts_with",
+    "end with": "ends_with",
+    "ends with": "ends_with",
+    "not empty": "not_empty",
+}
+_STRING_OPS = frozenset({"contains", "not_contains", "starts_with", "ends_with"})
+_PRESENCE_OPS = frozenset({"empty", "not_empty"})
+_TIME_OPS = frozenset({"before", "after"})
+# Ops that hold when no member of a string-list field satisfies the positive form.
+_NEGATED = {"ne": "eq", "nin": "in", "not_contains": "eq"}
 
 _EQUALITY_OPS = frozenset({"eq", "ne"})
 _MEMBERSHIP_OPS = frozenset({"in", "nin"})
@@ -42,15 +98,74 @@ def _kind(value: object) -> str | None:
         return "str"
     if isinstance(value, int | float):
         return "num"
+    if isinstance(value, DateValue):
+        return "date"
+    if isinstance(value, tuple | list):
+        return "list"
     return None
 
 
+def canonical_op(op: object) -> object:
+    """``op`` lower-cased with inner spaces collapsed and aliases resolved (non-strings unchanged)."""
+    if not isinstance(op, str):
+        return op
+    name = " ".join(op.strip().lower().split())
+    return OP_ALIASES.get(name, name)
+
+
 def _read_field(obj: object, field: str) -> object:
-    """The field's value, or ``_MISSING`` when it is absent, None or the empty string."""
-    value = obj.get(field, _MISSING) if isinstance(obj, Mapping) else getattr(obj, field, _MISSING)
-    if value is None or (isinstance(value, str) and value == ""):
+    """The field's value, or ``_MISSING`` when it is absent, None, the empty string or an empty list.
+
+    A name that is not an attribute of ``obj`` is looked up in ``obj.metadata`` when that is a mapping.
+    """
+    if isinstance(obj, Mapping):
+        value = obj.get(field, _MISSING)
+        if value is _MISSING and isinstance(obj.get("metadata"), Mapping):
+            value = obj["metadata"].get(field, _MISSING)
+    else:
+        value = getattr(obj, field, _MISSING)
+        if value is _MISSING:
+            extra = getattr(obj, "metadata", None)
+            if isinstance(extra, Mapping):
+                value = extra.get(field, _MISSING)
+    if value is None or (isinstance(value, str | tuple | list) and len(value) == 0):
         return _MISSING
     return value
+
+
+def field_missing(obj: object, field: str) -> bool:
+    """True when ``obj`` has no value for ``field`` (absent, None, "" or an empty list)."""
+    return _read_field(obj, field) is _MISSING
+
+
+def _moment_of(value: object) -> Any:
+    """The UTC instant a date value, ISO 8601 string or Unix timestamp names; None when it names none."""
+    if isinstance(value, DateValue):
+        return value.moment
+    if isinstance(value, str):
+        try:
+            return parse_moment(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _time_value(op: str, value: Any) -> DateValue:
+    from datetime import UTC, datetime
+
+    if isinstance(value, DateValue):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        try:
+            return DateValue(datetime.fromtimestamp(value, tz=UTC).isoformat())
+        except (OverflowError, OSError, ValueError):
+            pass
+    if isinstance(value, str):
+        try:
+            return DateValue.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"op {op!r}: {exc}") from None
+    raise ValueError(f"op {op!r} needs an ISO 8601 date or a Unix timestamp, got {value!r}")
 
 
 def _check_scalar(op: str, value: object, kinds: frozenset[str]) -> None:
@@ -99,14 +214,25 @@ class FilterCondition:
     def __post_init__(self) -> None:
         if not isinstance(self.field, str) or not self.field.strip():
             raise ValueError(f"filter field must be a non-empty string, got {self.field!r}")
-        op = self.op.strip().lower() if isinstance(self.op, str) else self.op
-        if op not in ALLOWED_OPS:
-            raise ValueError(f"unknown filter op {self.op!r}; allowed ops: {', '.join(ALLOWED_OPS)}")
+        op = canonical_op(self.op)
+        if op not in ALLOWED_OPS and op not in EXTENDED_OPS:
+            raise ValueError(
+                f"unknown filter op {self.op!r}; allowed ops: {', '.join((*ALLOWED_OPS, *EXTENDED_OPS))} "
+                f"(also: {', '.join(repr(a) for a in OP_ALIASES)})"
+            )
         object.__setattr__(self, "op", op)
         object.__setattr__(self, "value", self._normalised_value(op, self.value))
 
     @staticmethod
     def _normalised_value(op: str, value: Any) -> Any:
+        if op in _PRESENCE_OPS:
+            return None
+        if op in _STRING_OPS:
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"op {op!r} needs a non-empty string value, got {value!r}")
+            return value
+        if op in _TIME_OPS:
+            return _time_value(op, value)
         if op in _EQUALITY_OPS:
             _check_scalar(op, value, frozenset({"str", "num", "bool"}))
             return value
@@ -143,12 +269,26 @@ class FilterCondition:
     def matches(self, obj: object) -> bool:
         """True when ``obj``'s field satisfies the condition. Missing fields and str/number pairs never do."""
         actual = _read_field(obj, self.field)
+        op = self.op
+        if op in _PRESENCE_OPS:
+            return (actual is _MISSING) == (op == "empty")
         if actual is _MISSING:
             return False
         kind = _kind(actual)
         if kind is None:
             return False
-        op = self.op
+        if kind == "list":
+            return self._matches_list(op, actual)  # type: ignore[arg-type]
+        if op in _TIME_OPS:
+            moment = _moment_of(actual)
+            if moment is None:
+                return False
+            bound = self.value.moment
+            return bool(moment < bound) if op == "before" else bool(moment > bound)
+        if op in _STRING_OPS:
+            return _string_op(op, actual, self.value)
+        if kind == "date":
+            return self._matches_date(op, actual)  # type: ignore[arg-type]
         if op in _MEMBERSHIP_OPS:
             # Members share one kind (checked at construction), so the first one speaks for all.
             if _kind(self.value[0]) != kind:
@@ -166,10 +306,56 @@ class FilterCondition:
             return bool(actual != self.value)
         return _ordered(op, actual, self.value)
 
+    def _matches_list(self, op: str, members: tuple[str, ...] | list[str]) -> bool:
+        """A string-list field: the positive ops hold when any member does, the negated ones when none."""
+        positive = _NEGATED.get(op)
+        if positive is not None:
+            probe = FilterCondition(self.field, positive, self.value)
+            return not any(probe.matches({self.field: m}) for m in members)
+        if op in ("eq", "in", "contains", "starts_with", "ends_with"):
+            probe = self if op != "contains" else FilterCondition(self.field, "eq", self.value)
+            return any(probe.matches({self.field: m}) for m in members)
+        return False
+
+    def _matches_date(self, op: str, actual: DateValue) -> bool:
+        """A date field against string values: compared as instants; values that are not dates never match."""
+        moment = actual.moment
+        if op in _MEMBERSHIP_OPS:
+            found = any(_moment_of(v) == moment for v in self.value)
+            return found if op == "in" else not found
+        if op == "between":
+            lo, hi = (_moment_of(v) for v in self.value)
+            return lo is not None and hi is not None and lo <= moment <= hi
+        other = _moment_of(self.value)
+        if other is None:
+            return False
+        if op == "eq":
+            return bool(moment == other)
+        if op == "ne":
+            return bool(moment != other)
+        return _ordered(op, moment, other)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON-like form ``parse_conditions`` accepts."""
         value = list(self.value) if isinstance(self.value, tuple) else self.value
-        return {"field": self.field, "op": self.op, "value": value}
+        if isinstance(value, DateValue):
+            value = value.iso
+        out = {"field": self.field, "op": self.op, "value": value}
+        if self.op in _PRESENCE_OPS:
+            del out["value"]
+        return out
+
+
+def _string_op(op: str, actual: object, value: str) -> bool:
+    if not isinstance(actual, str):
+        return False
+    if op == "contains":
+        return value in actual
+    if op == "not_contains":
+        return value not in actual
+    if op == "starts_with":
+        return actual.startswith(value)
+    return actual.endswith(value)
 
 
 @dataclass
@@ -271,8 +457,9 @@ def all_of(*filters: MetadataFilter | None) -> MetadataFilter | None:
         return present[0]
     conditions: list[FilterCondition | MetadataFilter] = []
     for f in present:
-        # Flatten "and" filters so the common case stays a single flat list of conditions.
-        conditions.extend(f.conditions if f.combine == "and" else (f,))
+        # Flatten plain "and" filters so the common case stays a single flat list of conditions; a subclass
+        # (its own ``matches``) stays whole so its behaviour survives the intersection.
+        conditions.extend(f.conditions if f.combine == "and" and type(f) is MetadataFilter else (f,))
     return MetadataFilter(tuple(conditions), combine="and")
 
 
@@ -282,12 +469,13 @@ def _condition_from_mapping(item: Mapping[str, Any]) -> FilterCondition | Metada
         assert nested is not None  # an empty nested list is rejected by parse_conditions
         return nested
     unknown = set(item) - {"field", "op", "value"}
-    if "field" not in item or "value" not in item or unknown:
+    presence = canonical_op(item.get("op", "eq")) in _PRESENCE_OPS
+    if "field" not in item or ("value" not in item and not presence) or unknown:
         raise ValueError(
             'each filter condition must look like {"field": "period", "op": "gte", "value": "2024"} '
             f"(op defaults to eq), got {item!r}"
         )
-    return FilterCondition(item["field"], item.get("op", "eq"), item["value"])
+    return FilterCondition(item["field"], item.get("op", "eq"), item.get("value"))
 
 
 def parse_conditions(data: Any) -> MetadataFilter | None:

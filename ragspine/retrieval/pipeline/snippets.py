@@ -13,7 +13,8 @@ def to_snippet(result: RetrievalResult, *, library_id: str | None = None) -> dic
     """A citable snippet dict with full provenance for one result.
 
     Keys: text, doc_id, title, source_locator, chunk_id, the metadata fields, sensitivity, parent_id,
-    heading, parent_locator and ``scores`` ({"bm25", "vector", "fused"}, plus "sparse"/"rerank" only when
+    heading, parent_locator, ``metadata`` (the document's arbitrary metadata, only when it has some) and
+    ``scores`` ({"bm25", "vector", "fused"}, plus "sparse"/"rerank" only when
     those stages ran); ``library_id`` only when given. Callers must have dropped RESTRICTED results first.
     """
     c = result.chunk
@@ -43,6 +44,8 @@ def to_snippet(result: RetrievalResult, *, library_id: str | None = None) -> dic
         "parent_locator": c.parent_locator,
         "scores": scores,
     }
+    if c.metadata_json:
+        snippet["metadata"] = dict(c.metadata)
     if library_id is not None:
         snippet["library_id"] = library_id
     return snippet

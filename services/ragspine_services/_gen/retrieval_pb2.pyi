@@ -84,6 +84,27 @@ class Document(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___MetadataValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___MetadataValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     DOC_ID_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
@@ -101,6 +122,7 @@ class Document(_message.Message):
     PAGES_FIELD_NUMBER: _builtins.int
     PAGE_DPI_FIELD_NUMBER: _builtins.int
     CHUNKER_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Stable identifier; re-ingesting the same id replaces the previous version."""
     title: _builtins.str
@@ -145,6 +167,13 @@ class Document(_message.Message):
     registered under the ragspine.chunkers entry-point group. Structural chunkers store each child's
     parent or sentence window so that Retrieve can return it as prompt_text.
     """
+    @_builtins.property
+    def metadata(self) -> _containers.MessageMap[_builtins.str, Global___MetadataValue]:
+        """Arbitrary key/value metadata, stored with every chunk, returned in snippets and filterable. Keys are
+        1-64 letters, digits, '_', '-' or '.', starting with a letter or '_', and may not be a fixed field's
+        name (topic, title, doc_id, ...); at most 64 keys; strings up to 1024 characters.
+        """
+
     def __init__(
         self,
         *,
@@ -165,16 +194,55 @@ class Document(_message.Message):
         pages: _builtins.bool = ...,
         page_dpi: _builtins.int = ...,
         chunker: _builtins.str = ...,
+        metadata: _abc.Mapping[_builtins.str, Global___MetadataValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "file", b"file", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunker", b"chunker", "content", b"content", "doc_id", b"doc_id", "entity", b"entity", "file", b"file", "filename", b"filename", "geography", b"geography", "language", b"language", "mime_type", b"mime_type", "page_dpi", b"page_dpi", "pages", b"pages", "period", b"period", "sensitivity", b"sensitivity", "source_locator_prefix", b"source_locator_prefix", "text", b"text", "title", b"title", "topic", b"topic", "valid_as_of", b"valid_as_of"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunker", b"chunker", "content", b"content", "doc_id", b"doc_id", "entity", b"entity", "file", b"file", "filename", b"filename", "geography", b"geography", "language", b"language", "metadata", b"metadata", "mime_type", b"mime_type", "page_dpi", b"page_dpi", "pages", b"pages", "period", b"period", "sensitivity", b"sensitivity", "source_locator_prefix", b"source_locator_prefix", "text", b"text", "title", b"title", "topic", b"topic", "valid_as_of", b"valid_as_of"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "file"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
 
 Global___Document: _TypeAlias = Document  # noqa: Y015
+
+@_typing.final
+class MetadataValue(_message.Message):
+    """One value of a document's arbitrary metadata."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STRING_VALUE_FIELD_NUMBER: _builtins.int
+    NUMBER_VALUE_FIELD_NUMBER: _builtins.int
+    DATE_VALUE_FIELD_NUMBER: _builtins.int
+    LIST_VALUE_FIELD_NUMBER: _builtins.int
+    string_value: _builtins.str
+    """A non-empty string."""
+    number_value: _builtins.float
+    """A finite number."""
+    date_value: _builtins.str
+    """An ISO 8601 date or date-time ("2024-06-30", "2024-06-30T12:00:00+02:00"); no offset means UTC."""
+    @_builtins.property
+    def list_value(self) -> Global___StringList:
+        """A list of non-empty strings (at most 256)."""
+
+    def __init__(
+        self,
+        *,
+        string_value: _builtins.str = ...,
+        number_value: _builtins.float = ...,
+        date_value: _builtins.str = ...,
+        list_value: Global___StringList | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "kind", b"kind", "list_value", b"list_value", "number_value", b"number_value", "string_value", b"string_value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "kind", b"kind", "list_value", b"list_value", "number_value", b"number_value", "string_value", b"string_value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["string_value", "number_value", "date_value", "list_value"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___MetadataValue: _TypeAlias = MetadataValue  # noqa: Y015
 
 @_typing.final
 class IngestRequest(_message.Message):
@@ -214,6 +282,7 @@ class DocumentResult(_message.Message):
     CHUNKS_WRITTEN_FIELD_NUMBER: _builtins.int
     PAGES_INDEXED_FIELD_NUMBER: _builtins.int
     CHUNKS_PENDING_VECTORS_FIELD_NUMBER: _builtins.int
+    REPLACED_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """The document's id."""
     chunks_written: _builtins.int
@@ -224,6 +293,8 @@ class DocumentResult(_message.Message):
     """Chunks of this document still waiting for their vectors: the text is stored and searchable
     lexically now; a background drainer embeds them (see Library.pending_vectors).
     """
+    replaced: _builtins.bool
+    """True when another version of this doc_id was active and this one replaced it."""
     def __init__(
         self,
         *,
@@ -231,10 +302,11 @@ class DocumentResult(_message.Message):
         chunks_written: _builtins.int = ...,
         pages_indexed: _builtins.int = ...,
         chunks_pending_vectors: _builtins.int = ...,
+        replaced: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_pending_vectors", b"chunks_pending_vectors", "chunks_written", b"chunks_written", "doc_id", b"doc_id", "pages_indexed", b"pages_indexed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_pending_vectors", b"chunks_pending_vectors", "chunks_written", b"chunks_written", "doc_id", b"doc_id", "pages_indexed", b"pages_indexed", "replaced", b"replaced"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -411,14 +483,24 @@ class FilterCondition(_message.Message):
     STRING_VALUE_FIELD_NUMBER: _builtins.int
     NUMBER_VALUE_FIELD_NUMBER: _builtins.int
     LIST_VALUE_FIELD_NUMBER: _builtins.int
+    DATE_VALUE_FIELD_NUMBER: _builtins.int
     field: _builtins.str
-    """Metadata field: topic, entity, geography, period, language, doc_id or title."""
+    """Metadata field: topic, entity, geography, period, language, doc_id, title, or a key of the documents'
+    arbitrary metadata (Document.metadata).
+    """
     op: _builtins.str
-    """Operator: eq, ne, in, nin, gt, gte, lt, lte or between."""
+    """Operator: eq, ne, in, nin, gt, gte, lt, lte or between (the spec operators), or contains,
+    not_contains, starts_with, ends_with, empty, not_empty, before, after; the names "is", "is not",
+    "not in", "not contains", "start with", "end with", "not empty", "=", "≠", ">", "<", "≥", "≤" are
+    accepted too. A field a document lacks never matches, except with `empty`: `language ne zh` keeps only
+    documents whose language is set and is not zh (RetrieveResponse.filter_fields counts the others).
+    """
     string_value: _builtins.str
     """A single string value."""
     number_value: _builtins.float
     """A single number value."""
+    date_value: _builtins.str
+    """An ISO 8601 date or date-time (before, after; also the order operators on date fields)."""
     @_builtins.property
     def list_value(self) -> Global___StringList:
         """A list of values (in, nin; between takes exactly two)."""
@@ -431,12 +513,13 @@ class FilterCondition(_message.Message):
         string_value: _builtins.str = ...,
         number_value: _builtins.float = ...,
         list_value: Global___StringList | None = ...,
+        date_value: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["list_value", b"list_value", "number_value", b"number_value", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "list_value", b"list_value", "number_value", b"number_value", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["field", b"field", "list_value", b"list_value", "number_value", b"number_value", "op", b"op", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "field", b"field", "list_value", b"list_value", "number_value", b"number_value", "op", b"op", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["string_value", "number_value", "list_value"]  # noqa: Y015
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["string_value", "number_value", "list_value", "date_value"]  # noqa: Y015
     _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
 
@@ -579,6 +662,27 @@ class Snippet(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___MetadataValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___MetadataValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TEXT_FIELD_NUMBER: _builtins.int
     DOC_ID_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
@@ -600,6 +704,7 @@ class Snippet(_message.Message):
     IS_SYNTHESIS_FIELD_NUMBER: _builtins.int
     SOURCE_DOC_IDS_FIELD_NUMBER: _builtins.int
     SOURCE_LOCATORS_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """The passage; always a contiguous substring of the source document."""
     doc_id: _builtins.str
@@ -650,6 +755,10 @@ class Snippet(_message.Message):
     def source_locators(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Locators of the passages a synthesis snippet summarises."""
 
+    @_builtins.property
+    def metadata(self) -> _containers.MessageMap[_builtins.str, Global___MetadataValue]:
+        """The source document's arbitrary metadata (Document.metadata); empty when it has none."""
+
     def __init__(
         self,
         *,
@@ -674,14 +783,47 @@ class Snippet(_message.Message):
         is_synthesis: _builtins.bool = ...,
         source_doc_ids: _abc.Iterable[_builtins.str] | None = ...,
         source_locators: _abc.Iterable[_builtins.str] | None = ...,
+        metadata: _abc.Mapping[_builtins.str, Global___MetadataValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scores", b"scores"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "doc_id", b"doc_id", "entity", b"entity", "geography", b"geography", "heading", b"heading", "is_synthesis", b"is_synthesis", "is_visual", b"is_visual", "language", b"language", "library_id", b"library_id", "parent_id", b"parent_id", "parent_locator", b"parent_locator", "period", b"period", "prompt_text", b"prompt_text", "scores", b"scores", "sensitivity", b"sensitivity", "source_doc_ids", b"source_doc_ids", "source_locator", b"source_locator", "source_locators", b"source_locators", "text", b"text", "title", b"title", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "doc_id", b"doc_id", "entity", b"entity", "geography", b"geography", "heading", b"heading", "is_synthesis", b"is_synthesis", "is_visual", b"is_visual", "language", b"language", "library_id", b"library_id", "metadata", b"metadata", "parent_id", b"parent_id", "parent_locator", b"parent_locator", "period", b"period", "prompt_text", b"prompt_text", "scores", b"scores", "sensitivity", b"sensitivity", "source_doc_ids", b"source_doc_ids", "source_locator", b"source_locator", "source_locators", b"source_locators", "text", b"text", "title", b"title", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Snippet: _TypeAlias = Snippet  # noqa: Y015
+
+@_typing.final
+class FilterFieldReport(_message.Message):
+    """How many candidate documents lacked one field a filter reads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_MISSING_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_CHECKED_FIELD_NUMBER: _builtins.int
+    field: _builtins.str
+    """The filtered field."""
+    documents_missing: _builtins.int
+    """Candidate documents (in the searched libraries, RESTRICTED never counted) without a value for it;
+    only `empty` matches them.
+    """
+    documents_checked: _builtins.int
+    """Candidate documents examined."""
+    def __init__(
+        self,
+        *,
+        field: _builtins.str = ...,
+        documents_missing: _builtins.int = ...,
+        documents_checked: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents_checked", b"documents_checked", "documents_missing", b"documents_missing", "field", b"field"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FilterFieldReport: _TypeAlias = FilterFieldReport  # noqa: Y015
 
 @_typing.final
 class RetrieveResponse(_message.Message):
@@ -694,6 +836,7 @@ class RetrieveResponse(_message.Message):
     TIMINGS_FIELD_NUMBER: _builtins.int
     PARTIAL_FIELD_NUMBER: _builtins.int
     PENDING_VECTORS_FIELD_NUMBER: _builtins.int
+    FILTER_FIELDS_FIELD_NUMBER: _builtins.int
     partial: _builtins.bool
     """True when some candidate chunks had no vectors yet (ingested, still being embedded): they were
     ranked by the lexical channel only. The answer is complete otherwise; not a failure.
@@ -712,6 +855,10 @@ class RetrieveResponse(_message.Message):
     def timings(self) -> _common_pb2.Timings:
         """Where the time went."""
 
+    @_builtins.property
+    def filter_fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___FilterFieldReport]:
+        """Per filtered field, how many candidate documents lacked it (empty when the request had no filters)."""
+
     def __init__(
         self,
         *,
@@ -720,10 +867,11 @@ class RetrieveResponse(_message.Message):
         timings: _common_pb2.Timings | None = ...,
         partial: _builtins.bool = ...,
         pending_vectors: _builtins.int = ...,
+        filter_fields: _abc.Iterable[Global___FilterFieldReport] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "partial", b"partial", "pending_vectors", b"pending_vectors", "snippets", b"snippets", "timings", b"timings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "filter_fields", b"filter_fields", "partial", b"partial", "pending_vectors", b"pending_vectors", "snippets", b"snippets", "timings", b"timings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -13,8 +13,10 @@ from ragspine.ingest import parse_bytes
 from ragspine.ingest.limits import IngestLimits, LimitExceededError
 from ragspine.retrieval.chunking.types import METADATA_FIELDS, DocumentMeta
 from ragspine.retrieval.constants import is_restricted
-from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter
+from ragspine.retrieval.filtering.doc_metadata import RESERVED_KEYS, DateValue, check_key, encode_metadata
+from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, canonical_op
 from ragspine_services._gen import retrieval_pb2
+from ragspine_services.front.filter_report import CountingFilter
 
 # Fields a caller may filter on: the metadata fields plus the document's identity.
 FILTER_FIELDS: tuple[str, ...] = (*METADATA_FIELDS, "doc_id", "title")
@@ -125,7 +127,7 @@ def check_retrieve_request(request: retrieval_pb2.RetrieveRequest) -> None:
         values = list(cond.list_value.values) if cond.WhichOneof("value") == "list_value" else []
         if len(values) > MAX_FILTER_VALUES:
             raise ValueError(f"filters[{i}] has {len(values)} values; the limit is {MAX_FILTER_VALUES}")
-        for value in (cond.string_value, *values):
+        for value in (cond.string_value, cond.date_value, *values):
             if len(value) > MAX_FILTER_VALUE_CHARS:
                 raise ValueError(
                     f"filters[{i}] has a value of {len(value)} characters; "
@@ -144,28 +146,81 @@ def metadata_filter(
     parsed: list[FilterCondition] = []
     for i, cond in enumerate(conditions):
         if cond.field not in FILTER_FIELDS:
-            raise ValueError(
-                f"filters[{i}]: unknown field {cond.field!r}; use one of {', '.join(FILTER_FIELDS)}"
-            )
+            try:
+                check_key(cond.field)
+            except ValueError:
+                raise ValueError(
+                    f"filters[{i}]: unknown field {cond.field!r}; use one of {', '.join(FILTER_FIELDS)} or "
+                    "a metadata key (letters, digits, '_', '-', '.')"
+                ) from None
         kind = cond.WhichOneof("value")
         value: Any
-        if kind == "string_value":
+        if kind is None and canonical_op(cond.op) in ("empty", "not_empty"):
+            value = None
+        elif kind == "date_value":
+            try:
+                value = DateValue.parse(cond.date_value)
+            except ValueError as exc:
+                raise ValueError(f"filters[{i}] ({cond.field}): date_value {exc}") from None
+        elif kind == "string_value":
             value = cond.string_value
         elif kind == "number_value":
             value = cond.number_value
         elif kind == "list_value":
             value = list(cond.list_value.values)
         else:
-            raise ValueError(f"filters[{i}] ({cond.field}): set string_value, number_value or list_value")
+            raise ValueError(
+                f"filters[{i}] ({cond.field}): set string_value, number_value, list_value or date_value"
+            )
         try:
             parsed.append(FilterCondition(cond.field, cond.op or "eq", value))
         except ValueError as exc:
             raise ValueError(f"filters[{i}] ({cond.field}): {exc}") from None
     if not parsed:
         return None
-    return MetadataFilter(
+    # Counts, as the filter runs, the candidate documents lacking each field (RetrieveResponse.filter_fields).
+    return CountingFilter(
         tuple(parsed), combine="or" if combine == retrieval_pb2.FILTER_COMBINE_OR else "and"
     )
+
+
+def wire_metadata(doc: retrieval_pb2.Document) -> str:
+    """Canonical JSON of a wire document's ``metadata`` map ("" when empty); raises ``ValueError``."""
+    values: dict[str, Any] = {}
+    for key in sorted(doc.metadata):
+        item = doc.metadata[key]
+        kind = item.WhichOneof("kind")
+        if kind == "string_value":
+            values[key] = item.string_value
+        elif kind == "number_value":
+            values[key] = item.number_value
+        elif kind == "date_value":
+            try:
+                values[key] = DateValue.parse(item.date_value)
+            except ValueError as exc:
+                raise ValueError(f"metadata[{key!r}]: {exc}") from None
+        elif kind == "list_value":
+            values[key] = list(item.list_value.values)
+        else:
+            raise ValueError(
+                f"metadata[{key!r}] has no value; set string_value, number_value, date_value or list_value"
+            )
+    return encode_metadata(values)
+
+
+def metadata_message(metadata: Mapping[str, Any], target: Any) -> None:
+    """Fill a wire ``map<string, MetadataValue>`` (``target``) from decoded metadata."""
+    for key, value in metadata.items():
+        if key in RESERVED_KEYS:
+            continue
+        if isinstance(value, DateValue):
+            target[key].date_value = value.iso
+        elif isinstance(value, tuple | list):
+            target[key].list_value.values.extend(str(v) for v in value)
+        elif isinstance(value, str):
+            target[key].string_value = value
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            target[key].number_value = float(value)
 
 
 def document_text(
@@ -223,6 +278,7 @@ def document_meta(
         sensitivity = effective_sensitivity(doc.sensitivity, doc.filename, text, policy)
         if sensitivity != "RESTRICTED" and doc.source_locator_prefix:
             sensitivity = effective_sensitivity(sensitivity, doc.source_locator_prefix, "", policy)
+        metadata_json = wire_metadata(doc)
     except ValueError as exc:
         raise ValueError(f"{label}: {exc}") from None
     return DocumentMeta(
@@ -235,6 +291,7 @@ def document_meta(
         language=doc.language,
         sensitivity=sensitivity,
         source_locator_prefix=doc.source_locator_prefix or doc.doc_id,
+        metadata_json=metadata_json,
     )
 
 
@@ -255,4 +312,7 @@ def snippet_message(snippet: Mapping[str, Any]) -> retrieval_pb2.Snippet:
     for key in _SCORE_KEYS:
         if scores.get(key) is not None:
             setattr(message.scores, key, float(scores[key]))
+    metadata = snippet.get("metadata")
+    if isinstance(metadata, Mapping):
+        metadata_message(metadata, message.metadata)
     return message

@@ -24,6 +24,7 @@ from ragspine.ingest.limits import IngestLimits, LimitExceededError
 from ragspine.retrieval.chunking.factory import make_chunker
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.expansion import normalize_expansion
+from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.indexing.ledger import model_id
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.pipeline import (
@@ -50,6 +51,7 @@ from ragspine_services.common.errors import (
 )
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine_services.front import convert
+from ragspine_services.front.filter_report import filter_report
 from ragspine_services.front.libraries import Library, LibraryCatalog, check_library_id
 
 _LOG = logging.getLogger("ragspine_services.front")
@@ -177,12 +179,15 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
 
     def _ingest(self, library: Library, prepared: list[IngestDocument]) -> list[retrieval_pb2.DocumentResult]:
         # Each document replaces its previous version totally: chunks and pages in one transaction.
+        active = library.store.active_chunks_for_docs([d.meta.doc_id for d in prepared if d.text])
+        existed = {c.doc_id for c in active}
         return [
             retrieval_pb2.DocumentResult(
                 doc_id=out.doc_id,
                 chunks_written=out.chunks_written,
                 pages_indexed=out.pages_indexed,
                 chunks_pending_vectors=library.awaiting_vectors(out.doc_id) if out.chunks_written else 0,
+                replaced=out.doc_id in existed and out.chunks_written > 0,
             )
             for out in ingest_documents(library, prepared, limits=self.limits.ingest)
         ]
@@ -359,7 +364,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 expansion=expansion,
             )
         )
-        return self._respond(report, started)
+        return self._respond(report, started, mfilter)
 
     def _raptor_source(
         self, library: Library, mode: str, granularity: str, expansion: str, mfilter: Any
@@ -392,7 +397,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         return cache.tree()
 
     @staticmethod
-    def _respond(report: RetrieveReport, started: float) -> retrieval_pb2.RetrieveResponse:
+    def _respond(
+        report: RetrieveReport, started: float, mfilter: MetadataFilter | None = None
+    ) -> retrieval_pb2.RetrieveResponse:
         for stage in report.degraded:
             metrics.DEGRADED.labels(stage).inc()
         response = retrieval_pb2.RetrieveResponse(
@@ -400,6 +407,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             snippets=[convert.snippet_message(s) for s in report.snippets],
             degraded=report.degraded,
             timings=_timings(started, report.timings_ms),
+            filter_fields=filter_report(mfilter),
         )
         # Chunks the model channels could not rank yet (their vectors are still being made).
         response.partial = bool(report.partial or report.pending)

@@ -1,0 +1,1 @@
+"""Generated ragspine.v1 stubs (copied; see sync_stubs.py)."""

@@ -1,0 +1,179 @@
+"""``RetrievalClient``: the synchronous typed client of a RAGSpine front (ragspine.v1.RetrievalService)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+
+from ragspine_client._common import (
+    CountingIterator,
+    RetryPolicy,
+    call_metadata,
+    channel_options,
+    credentials,
+    retrieve_request,
+)
+from ragspine_client._gen import retrieval_pb2 as pb
+from ragspine_client._gen import retrieval_pb2_grpc
+from ragspine_client.errors import DeadlineExceeded, from_rpc_error
+from ragspine_client.types import Document, Filter, IngestResult, Library, RetrieveResult, ServerInfo
+
+T = TypeVar("T")
+
+
+class RetrievalClient:
+    """A typed client of one front.
+
+    ``address`` is ``host:port``. ``token`` is sent as ``authorization: Bearer``. ``timeout_s`` is each
+    call's deadline (retries included) unless the call passes its own. TLS: ``tls=True`` (system roots),
+    ``root_certificates`` (PEM bytes) or ``tls_ca_file``. Calls failing with UNAVAILABLE are retried per
+    ``retry``; every other failure raises the matching ``ragspine_client.errors`` class at once.
+
+    Use as a context manager or call ``close()``. One client may be shared by threads.
+    """
+
+    def __init__(
+        self,
+        address: str = "127.0.0.1:50051",
+        *,
+        token: str = "",
+        timeout_s: float = 30.0,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        tls_ca_file: str | Path | None = None,
+        retry: RetryPolicy | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        if not address or ":" not in address:
+            raise ValueError(f"address must be host:port, got {address!r}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.address = address
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+        self._metadata = call_metadata(token)
+        opts = [*channel_options(), *options]
+        creds = credentials(tls, root_certificates, tls_ca_file)
+        self._channel = (
+            grpc.secure_channel(address, creds, options=opts)
+            if creds
+            else grpc.insecure_channel(address, options=opts)
+        )
+        self._stub = retrieval_pb2_grpc.RetrievalServiceStub(self._channel)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _call(self, method: Callable[..., T], make_request: Callable[[], Any], timeout_s: float | None) -> T:
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DeadlineExceeded(
+                    "DEADLINE_EXCEEDED",
+                    f"no answer from {self.address} within {timeout_s or self.timeout_s:.1f} s "
+                    f"({attempt - 1} attempts); raise timeout_s or check the server",
+                    address=self.address,
+                )
+            request = make_request()
+            try:
+                return method(request, timeout=remaining, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                if not self._should_retry(exc, attempt, request, deadline):
+                    raise from_rpc_error(exc, self.address, attempt) from None
+                time.sleep(max(0.0, min(self.retry.delay(attempt - 1), deadline - time.monotonic())))
+
+    def _should_retry(self, exc: grpc.RpcError, attempt: int, request: Any, deadline: float) -> bool:
+        if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt >= self.retry.max_attempts:
+            return False
+        if isinstance(request, CountingIterator) and request.pulled:
+            return False  # part of a stream reached the server: resending could duplicate work mid-way
+        return time.monotonic() < deadline
+
+    # ------------------------------------------------------------------ calls
+
+    def retrieve(
+        self,
+        query: str,
+        *,
+        libraries: Sequence[str] = (),
+        filters: Iterable[Filter | tuple[Any, ...]] | None = None,
+        combine: str = "and",
+        mode: str = "default",
+        top_k: int = 0,
+        reranker: str = "",
+        rerank_top_n: int = 0,
+        timeout_s: float | None = None,
+    ) -> RetrieveResult:
+        """Snippets answering ``query`` from ``libraries`` (default: all the token may read)."""
+        request = retrieve_request(
+            query,
+            libraries=libraries,
+            filters=filters,
+            combine=combine,
+            mode=mode,
+            top_k=top_k,
+            reranker=reranker,
+            rerank_top_n=rerank_top_n,
+        )
+        return RetrieveResult.from_proto(self._call(self._stub.Retrieve, lambda: request, timeout_s))
+
+    def retrieve_raw(
+        self, request: pb.RetrieveRequest, *, timeout_s: float | None = None
+    ) -> pb.RetrieveResponse:
+        """A prepared wire request, with the client's token, deadline and retries."""
+        return self._call(self._stub.Retrieve, lambda: request, timeout_s)
+
+    def ingest(
+        self, library: str, documents: Iterable[Document], *, timeout_s: float | None = None
+    ) -> IngestResult:
+        """Ingest a batch in one call (at most the server's ``max_documents_per_request``)."""
+        request = pb.IngestRequest(library=library, documents=[d.to_proto() for d in documents])
+        return IngestResult.from_proto(self._call(self._stub.Ingest, lambda: request, timeout_s))
+
+    def ingest_stream(
+        self, library: str, documents: Iterable[Document], *, timeout_s: float | None = None
+    ) -> IngestResult:
+        """Stream any number of documents; retried only while the server has received none of them."""
+        source = iter(documents)
+        messages = (pb.IngestStreamRequest(library=library, document=d.to_proto()) for d in source)
+        stream = CountingIterator(messages)
+        return IngestResult.from_proto(self._call(self._stub.IngestStream, lambda: stream, timeout_s))
+
+    def delete_document(self, library: str, doc_id: str, *, timeout_s: float | None = None) -> int:
+        """Withdraw a document; returns the chunks withdrawn (``NotFound`` when it does not exist)."""
+        request = pb.DeleteDocumentRequest(library=library, doc_id=doc_id)
+        return int(self._call(self._stub.DeleteDocument, lambda: request, timeout_s).chunks_withdrawn)
+
+    def list_libraries(self, *, timeout_s: float | None = None) -> list[Library]:
+        """The libraries the token may read, sorted by id."""
+        response = self._call(self._stub.ListLibraries, pb.ListLibrariesRequest, timeout_s)
+        return [
+            Library(
+                lib.library_id, lib.chunk_count, lib.pending_vectors, lib.embedding_model, lib.embedding_dim
+            )
+            for lib in response.libraries
+        ]
+
+    def info(self, *, timeout_s: float | None = None) -> ServerInfo:
+        """The server's limits and configuration."""
+        return ServerInfo.from_proto(self._call(self._stub.Info, pb.RetrievalServiceInfoRequest, timeout_s))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> RetrievalClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,244 @@
+"""The typed client against real fronts on loopback: round trips, typed errors, retries across a server
+restart, no server at all, deadlines, tokens, TLS, and the asyncio variant."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from ragspine.settings import Settings
+from ragspine_client import (
+    AsyncRetrievalClient,
+    Document,
+    Filter,
+    InvalidArgument,
+    MetaDate,
+    NotFound,
+    PermissionDenied,
+    RetrievalClient,
+    RetryPolicy,
+    ServerUnavailable,
+    Unauthenticated,
+)
+from ragspine_client.errors import DeadlineExceeded
+from ragspine_services.front.server import build_front_parts, start_front
+from tests.service.helpers import free_port
+
+DOCS = [
+    Document(
+        "arm",
+        text="The harvest arm runs nine hours on one battery. Swapping the battery takes two minutes.",
+        title="Harvest arm",
+        language="en",
+        metadata={"dept": "ops", "tags": ["field", "battery"], "pages": 4, "signed": date(2024, 6, 30)},
+    ),
+    Document("memo", text="The board met on Tuesday about quarterly planning.", title="Memo"),
+]
+
+
+@dataclass(frozen=True)
+class CountingRetry(RetryPolicy):
+    """Records every backoff the client takes, so a test can tell a retried call from a first-try one."""
+
+    waits: list[float] | None = None
+
+    def delay(self, retry: int) -> float:
+        wait = super().delay(retry)
+        assert self.waits is not None
+        self.waits.append(wait)
+        return wait
+
+
+def test_round_trip_with_typed_results(make_front) -> None:
+    front = make_front()
+    with RetrievalClient(front.address, timeout_s=10) as client:
+        ingested = client.ingest("lib", DOCS)
+        assert [(r.doc_id, r.chunks_written > 0, r.replaced) for r in ingested.results] == [
+            ("arm", True, False),
+            ("memo", True, False),
+        ]
+        answer = client.retrieve("how long does the battery last", libraries=["lib"], top_k=3)
+        top = answer.snippets[0]
+        assert (top.doc_id, top.title, top.library_id, top.language) == ("arm", "Harvest arm", "lib", "en")
+        assert top.scores.bm25 is not None and top.scores.bm25 > 0 and top.scores.rerank is None
+        assert top.metadata == {
+            "dept": "ops",
+            "pages": 4.0,
+            "signed": MetaDate("2024-06-30"),
+            "tags": ["field", "battery"],
+        }
+        assert answer.degraded == [] and answer.total_ms > 0
+        wire = answer.to_dict()
+        assert wire["snippets"][0]["doc_id"] == "arm" and "docId" not in json.dumps(wire)
+        filtered = client.retrieve(
+            "battery", filters=[Filter("dept", "is", "ops"), ("tags", "contains", "field")]
+        )
+        assert {s.doc_id for s in filtered.snippets} == {"arm"}
+        missing = client.retrieve("battery board", filters=[Filter("language", "ne", "zh")])
+        assert {s.doc_id for s in missing.snippets} == {"arm"}
+        assert [(r.field, r.documents_missing) for r in missing.filter_fields] == [("language", 1)]
+        replaced = client.ingest("lib", [Document("memo", text="The board met on Friday.", title="Memo")])
+        assert replaced.results[0].replaced is True
+        unchanged = client.ingest("lib", [Document("memo", text="The board met on Friday.", title="Memo")])
+        assert (unchanged.results[0].chunks_written, unchanged.results[0].replaced) == (0, False)
+        assert [lib.library_id for lib in client.list_libraries()] == ["lib"]
+        assert client.info().max_top_k > 0
+        assert client.delete_document("lib", "memo") > 0
+        with pytest.raises(NotFound, match="memo"):
+            client.delete_document("lib", "memo")
+        with pytest.raises(InvalidArgument, match="unknown filter op"):
+            client.retrieve("battery", filters=[Filter("dept", "resembles", "x")])
+        with pytest.raises(InvalidArgument, match="blank"):
+            client.retrieve("   ")
+
+
+def test_stream_ingest(make_front) -> None:
+    front = make_front()
+    with RetrievalClient(front.address, timeout_s=10) as client:
+        result = client.ingest_stream("lib", iter(DOCS))
+        assert [r.doc_id for r in result.results] == ["arm", "memo"]
+
+
+def test_no_server_is_a_clear_unavailable_error_within_the_deadline() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    waits: list[float] = []
+    retry = CountingRetry(max_attempts=3, initial_backoff_s=0.05, waits=waits)
+    started = time.monotonic()
+    with (
+        RetrievalClient(address, timeout_s=5, retry=retry) as client,
+        pytest.raises(ServerUnavailable) as info,
+    ):
+        client.retrieve("anything")
+    assert time.monotonic() - started < 5
+    assert len(waits) == 2  # three attempts, two backoffs
+    message = str(info.value)
+    assert message.startswith(f"cannot reach a RAGSpine server at {address} after 3 attempts")
+    assert "check that it is running" in message and "\n" not in message
+
+
+def test_retry_survives_a_server_restart(tmp_path: Path) -> None:
+    settings = Settings(data_dir=str(tmp_path / "data"), retrieval_mode="economy", reranker="none")
+    port = free_port()
+    parts = build_front_parts(settings)
+    running = start_front(settings, parts, port=port)
+    waits: list[float] = []
+    retry = CountingRetry(max_attempts=40, initial_backoff_s=0.05, max_backoff_s=0.2, waits=waits)
+    client = RetrievalClient(f"127.0.0.1:{port}", timeout_s=30, retry=retry)
+    restarted: list[object] = []
+    try:
+        client.ingest("lib", DOCS)
+        before = client.retrieve("battery swap", libraries=["lib"])
+        running.stop(0)
+        parts.close()
+
+        def restart() -> None:
+            time.sleep(0.8)
+            new_parts = build_front_parts(settings)
+            restarted.extend([new_parts, start_front(settings, new_parts, port=port)])
+
+        thread = threading.Thread(target=restart)
+        thread.start()
+        after = client.retrieve("battery swap", libraries=["lib"])  # issued while the server is down
+        thread.join()
+        assert waits, "the call should have needed at least one retry"
+        assert [s.chunk_id for s in after.snippets] == [s.chunk_id for s in before.snippets]
+        # Without retries the same situation is an immediate, clear error.
+        restarted[1].stop(0)  # type: ignore[attr-defined]
+        with (
+            RetrievalClient(f"127.0.0.1:{port}", retry=RetryPolicy(max_attempts=1)) as once,
+            pytest.raises(ServerUnavailable),
+        ):
+            once.retrieve("battery swap")
+    finally:
+        client.close()
+        thread_parts = restarted[0] if restarted else None
+        if thread_parts is not None:
+            thread_parts.close()  # type: ignore[attr-defined]
+
+
+def test_deadline_is_enforced() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    retry = RetryPolicy(max_attempts=1000, initial_backoff_s=0.05, max_backoff_s=0.05)
+    started = time.monotonic()
+    with (
+        RetrievalClient(address, timeout_s=0.5, retry=retry) as client,
+        pytest.raises((DeadlineExceeded, ServerUnavailable)),
+    ):
+        client.retrieve("anything")
+    assert time.monotonic() - started < 2.0
+
+
+def test_tokens_are_sent_and_refusals_are_typed(make_front, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(
+        json.dumps({"admin": {"caller": "a", "libraries": ["*"]}, "hr": {"caller": "h", "libraries": ["hr"]}})
+    )
+    front = make_front(tokens_file=str(tokens))
+    with RetrievalClient(front.address, token="admin", timeout_s=10) as admin:
+        admin.ingest("ops", DOCS[:1])
+    with RetrievalClient(front.address, token="hr", timeout_s=10) as hr, pytest.raises(PermissionDenied):
+        hr.retrieve("battery", libraries=["ops"])
+    with RetrievalClient(front.address, token="nope", timeout_s=10) as bad, pytest.raises(Unauthenticated):
+        bad.retrieve("battery")
+
+
+def test_tls(tmp_path: Path) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed, so no test certificate can be made")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    settings = Settings(
+        data_dir=str(tmp_path / "data"),
+        retrieval_mode="economy",
+        reranker="none",
+        tls_cert_file=str(cert),
+        tls_key_file=str(key),
+    )
+    parts = build_front_parts(settings)
+    running = start_front(settings, parts, host="localhost", port=free_port())
+    try:
+        address = f"localhost:{running.port}"
+        with RetrievalClient(address, tls_ca_file=cert, timeout_s=10) as client:
+            client.ingest("lib", DOCS[:1])
+            assert client.retrieve("battery").snippets[0].doc_id == "arm"
+        with (
+            RetrievalClient(address, timeout_s=2, retry=RetryPolicy(max_attempts=1)) as plain,
+            pytest.raises(ServerUnavailable),
+        ):
+            plain.retrieve("battery")
+    finally:
+        running.stop(0)
+        parts.close()
+
+
+def test_async_client(make_front) -> None:
+    front = make_front()
+
+    async def run() -> None:
+        async with AsyncRetrievalClient(front.address, timeout_s=10) as client:
+            await client.ingest("lib", DOCS)
+            answers = await asyncio.gather(*(client.retrieve("battery", libraries=["lib"]) for _ in range(8)))
+            assert all(a.snippets[0].doc_id == "arm" for a in answers)
+            assert [lib.library_id for lib in await client.list_libraries()] == ["lib"]
+            with pytest.raises(InvalidArgument):
+                await client.retrieve("battery", filters=[Filter("signed", "before", "soon")])
+        retry = RetryPolicy(max_attempts=2, initial_backoff_s=0.05)
+        async with AsyncRetrievalClient(f"127.0.0.1:{free_port()}", timeout_s=5, retry=retry) as nobody:
+            with pytest.raises(ServerUnavailable, match="after 2 attempts"):
+                await nobody.info()
+
+    asyncio.run(run())
