@@ -66,18 +66,18 @@ def test_wait_for_vectors_prints_lines_when_not_a_terminal() -> None:
     import io
 
     from ragspine.cli.ingest_cmd import wait_for_vectors
-    from ragspine_services._gen import retrieval_pb2
+    from ragspine_client import Library
 
     class Draining:
-        """A front whose backlog shrinks by two chunks per ListLibraries call."""
+        """A front whose backlog shrinks by two chunks per list_libraries call."""
 
         def __init__(self) -> None:
             self.pending = 6
 
-        def ListLibraries(self, request: object) -> retrieval_pb2.ListLibrariesResponse:
-            library = retrieval_pb2.Library(library_id="lib", pending_vectors=self.pending)
+        def list_libraries(self) -> list[Library]:
+            library = Library("lib", 0, pending_vectors=self.pending)
             self.pending = max(0, self.pending - 2)
-            return retrieval_pb2.ListLibrariesResponse(libraries=[library])
+            return [library]
 
     out = io.StringIO()
     wait_for_vectors(Draining(), "lib", poll_s=0.0, line_every_s=0.0, stream=out)

@@ -105,14 +105,20 @@ def test_one_retrieve_is_one_trace_across_front_and_worker(
         with grpc.insecure_channel(f"127.0.0.1:{front_port}") as channel:
             stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
             stub.Ingest(retrieval_pb2.IngestRequest(library="t", documents=sample_documents()), timeout=120)
-            answer = stub.Retrieve(
-                retrieval_pb2.RetrieveRequest(
-                    query="how long does the battery last",
-                    libraries=["t"],
-                    mode=retrieval_pb2.RETRIEVAL_MODE_HYBRID,
-                ),
-                timeout=60,
-            )
+            # On a loaded machine the first query may find the worker still busy embedding the backlog
+            # (a degraded answer makes no Embed call): ask until one answer used the worker.
+            for _ in range(20):
+                answer = stub.Retrieve(
+                    retrieval_pb2.RetrieveRequest(
+                        query="how long does the battery last",
+                        libraries=["t"],
+                        mode=retrieval_pb2.RETRIEVAL_MODE_HYBRID,
+                    ),
+                    timeout=60,
+                )
+                if "embedding" not in answer.degraded:
+                    break
+                time.sleep(0.5)
         assert answer.snippets and "embedding" not in answer.degraded
 
         def complete(spans: list[dict[str, Any]]) -> bool:
