@@ -51,9 +51,11 @@ def test_4xx_and_garbage_are_not_retried(mode: str, message: str) -> None:
 
 
 def test_reply_without_choices_is_an_error() -> None:
-    with ScriptedLLMServer(mode="no_choices") as server:
-        with pytest.raises(RuntimeError, match=r"choices\[0\]"):
-            OpenAICompatibleProvider(server.base_url, timeout_s=5).chat(HELLO)
+    with (
+        ScriptedLLMServer(mode="no_choices") as server,
+        pytest.raises(RuntimeError, match=r"choices\[0\]"),
+    ):
+        OpenAICompatibleProvider(server.base_url, timeout_s=5).chat(HELLO)
 
 
 @pytest.mark.parametrize("bad", [-1, 11, 1.5, True])
