@@ -82,7 +82,7 @@ def split_parts(question: str) -> list[str]:
 def deterministic_reply(prompt: str) -> str | None:
     """The offline answer to a stage prompt (None when ``prompt`` is not one): same input, same output.
 
-    hyde → the question itself as the probe; rag_fusion → the question, then the question without each of
+    hyde → the question's longer words (a different text, so the probe path runs); rag_fusion → the question, then the question without each of
     its first words in turn; step_back → the question without numbers and years; decompose → the parts of
     the question at its conjunctions; classify → the heuristic class; rewrite → the question's words.
     """
@@ -92,7 +92,7 @@ def deterministic_reply(prompt: str) -> str | None:
     task, question, n = parsed
     words = _WORD.findall(question)
     if task == TASK_HYDE:
-        return question
+        return " ".join(w for w in words if not (w.isascii() and len(w) <= 3)) or question
     if task == TASK_FUSION:
         variants = [question] + [" ".join(words[:i] + words[i + 1 :]) for i in range(len(words))]
         return "\n".join([v for v in dict.fromkeys(variants) if v][: max(n, 1)])
