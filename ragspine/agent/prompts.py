@@ -79,12 +79,28 @@ def split_parts(question: str) -> list[str]:
     return [p for p in parts if len(_WORD.findall(p)) >= 2 or (p and not p.isascii() and len(p) >= 2)]
 
 
+_COMPARE = ("compare", "comparison", "difference between", "versus", " vs", "对比", "比较", "相比", "区别")
+
+
+def heuristic_complexity(question: str) -> str:
+    """``multi`` for a comparison or a question with several parts, ``simple`` for a short lookup (at
+    most 3 words), else ``single``."""
+    folded = question.casefold()
+    if any(marker in folded for marker in _COMPARE) or len(split_parts(question)) > 1:
+        return "multi"
+    words = folded.split()
+    if len(words) <= 3 and (len(words) > 1 or len(folded) <= 8):
+        return "simple"
+    return "single"
+
+
 def deterministic_reply(prompt: str) -> str | None:
     """The offline answer to a stage prompt (None when ``prompt`` is not one): same input, same output.
 
-    hyde → the question's longer words (a different text, so the probe path runs); rag_fusion → the question, then the question without each of
-    its first words in turn; step_back → the question without numbers and years; decompose → the parts of
-    the question at its conjunctions; classify → the heuristic class; rewrite → the question's words.
+    hyde → the question's longer words (a different text, so the probe path runs); rag_fusion → the
+    question, then the question without each of its first words in turn; step_back → the question without
+    numbers and years; decompose → the parts of the question at its conjunctions; classify → the heuristic
+    class; rewrite → the question's words.
     """
     parsed = parse_prompt(prompt)
     if parsed is None:
@@ -103,7 +119,5 @@ def deterministic_reply(prompt: str) -> str | None:
         parts = split_parts(question)
         return "\n".join(parts[: max(n, 1)] if len(parts) > 1 else [question])
     if task == TASK_CLASSIFY:
-        from ragspine.agent.query_transform import HeuristicComplexityClassifier
-
-        return HeuristicComplexityClassifier().classify(question)
+        return heuristic_complexity(question)
     return " ".join(words) or question

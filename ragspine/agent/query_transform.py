@@ -19,12 +19,7 @@ import time
 from datetime import date
 from typing import Any, Protocol
 
-from ragspine.agent.decompose import (
-    HeuristicQueryDecomposer,
-    LLMQueryDecomposer,
-    QueryDecomposer,
-    has_conjunction,
-)
+from ragspine.agent.decompose import HeuristicQueryDecomposer, LLMQueryDecomposer, QueryDecomposer
 from ragspine.agent.llm import DEFAULT_LLM_DEADLINE_S, LLMUnavailable, bounded_chat, record_llm_calls
 from ragspine.agent.prompts import (
     TASK_CLASSIFY,
@@ -32,6 +27,7 @@ from ragspine.agent.prompts import (
     TASK_HYDE,
     TASK_STEP_BACK,
     build_prompt,
+    heuristic_complexity,
     reply_lines,
 )
 from ragspine.agent.security_gate import SecurityGate
@@ -209,9 +205,6 @@ class ComplexityClassifier(Protocol):
     def classify(self, question: str, *, reference_date: date | None = None) -> str: ...
 
 
-_COMPARE = ("compare", "comparison", "difference between", "versus", " vs", "对比", "比较", "相比", "区别")
-
-
 class HeuristicComplexityClassifier:
     """Deterministic: ``multi`` for a comparison or a question with several parts, ``simple`` for a short
     lookup (at most 3 words), else ``single``."""
@@ -219,13 +212,7 @@ class HeuristicComplexityClassifier:
     def classify(self, question: str, *, reference_date: date | None = None) -> str:
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
-        folded = question.casefold()
-        if any(marker in folded for marker in _COMPARE) or has_conjunction(question):
-            return COMPLEXITY_MULTI
-        words = folded.split()
-        if len(words) <= 3 and (len(words) > 1 or len(folded) <= 8):
-            return COMPLEXITY_SIMPLE
-        return COMPLEXITY_SINGLE
+        return heuristic_complexity(question)
 
 
 class LLMComplexityClassifier:
