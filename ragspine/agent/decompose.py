@@ -93,12 +93,14 @@ class LLMQueryDecomposer:
 
 
 def make_decomposer(
-    spec: str | None = None, *, provider: LLMProvider | None = None
+    spec: str | None = None, *, provider: LLMProvider | None = None, settings: Settings | None = None
 ) -> QueryDecomposer | None:
     """``none`` → None; ``heuristic`` → the splitter; ``llm`` → :class:`LLMQueryDecomposer` (needs
-    ``provider``). ``spec=None`` reads ``RAGSPINE_QUERY_DECOMPOSE`` through ``Settings.from_env()``.
-    Raises ``ValueError`` listing the choices for an unknown name."""
-    name = choice(Settings.from_env().query_decompose if spec is None else spec).replace("-", "_")
+    ``provider``). ``spec=None`` reads ``settings.query_decompose`` (``Settings.from_env()`` when no
+    ``settings`` are given). Raises ``ValueError`` listing the choices for an unknown name."""
+    if spec is None:
+        spec = (settings or Settings.from_env()).query_decompose
+    name = choice(spec).replace("-", "_")
     if name == OFF:
         return None
     if name == "heuristic":

@@ -4,6 +4,12 @@ Order, outermost first: decomposition / Adaptive-RAG → query transform → cor
 each sub-question runs the whole guarded chain below it (transformed, graded, both RESTRICTED exits), and
 every generated text is screened by one security gate built from the domain profile. With every selector
 off (the default) ``build_query_stack`` returns ``base`` itself: the default path is untouched.
+
+Any object with ``retrieve(query, *, filters=None, top_k=50) -> list[dict]`` can be the base — a
+``NarrativeIndexRetriever``, or a whole retrieval pipeline behind a two-line adapter. A caller holding a
+deadline runs the stack inside ``ragspine.agent.llm.llm_deadline(seconds_left)`` (the pipeline's
+``DeadlineScope`` shape) and reads ``retrieve_staged(...).reports`` (``StageReport.to_dict()``) for what
+each stage did: variants tried and refused, grades and actions, LLM calls, deadline hits, timings.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ first. ``retrieve`` returns only the snippets, so a stage slots in wherever a re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -33,6 +33,17 @@ class StageReport:
     refused: bool = False
     error: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready form (for a service response or a log line)."""
+        out = asdict(self)
+        out["variants_refused"] = [
+            {"text": text, "external_entity": entity} for text, entity in self.variants_refused
+        ]
+        out["actions"] = [
+            asdict(a) if is_dataclass(a) and not isinstance(a, type) else a for a in self.actions
+        ]
+        return out
 
 
 @dataclass

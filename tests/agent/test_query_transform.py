@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ragspine.agent.llm import llm_deadline
 from ragspine.agent.prompts import parse_prompt
 from ragspine.agent.query_transform import (
     HyDERetriever,
@@ -16,8 +17,10 @@ from ragspine.agent.query_transform import (
     make_query_transform,
 )
 from ragspine.agent.security_gate import SecurityGate
+from ragspine.agent.stack import build_query_stack
 from ragspine.retrieval.lexical.retrieval import rrf_fuse
 from ragspine.retrieval.link.providers import OpenAICompatibleProvider
+from ragspine.settings import Settings
 from tests.agent.llm_server import ScriptedLLMServer
 
 QUERY = "battery supplier shipment"
@@ -145,3 +148,36 @@ def test_make_query_transform_selects_and_validates(corpus) -> None:  # type: ig
         RAGFusionRetriever(base, provider, max_variants=0)
     with pytest.raises(ValueError, match="budget_s"):
         HyDERetriever(base, provider, budget_s=0)
+
+
+def test_the_callers_deadline_bounds_a_whole_stack(corpus) -> None:  # type: ignore[no-untyped-def]
+
+    _, base = corpus
+    settings = Settings(query_transform="hyde", query_decompose="llm", llm_deadline_s=30.0)
+    with ScriptedLLMServer(mode="slow", delay_s=2.0) as server:
+        stack = build_query_stack(
+            base, settings, provider=OpenAICompatibleProvider(server.base_url, timeout_s=30)
+        )
+        t0 = time.monotonic()
+        with llm_deadline(0.4):
+            result = stack.retrieve_staged("battery supplier and cloud churn", top_k=3)
+        elapsed = time.monotonic() - t0
+    assert elapsed < 1.5  # two LLM stages, one shared 0.4 s deadline
+    assert [r.stage for r in result.reports] == ["hyde", "decompose"]
+    assert all(r.deadline_hit and r.degraded for r in result.reports)
+    assert dump(result.snippets) == dump(base.retrieve("battery supplier and cloud churn", top_k=3))
+
+
+def test_each_sub_question_runs_the_whole_guarded_chain(corpus) -> None:  # type: ignore[no-untyped-def]
+
+    _, base = corpus
+    settings = Settings(query_transform="step_back", query_decompose="heuristic", corrective="on")
+    with ScriptedLLMServer() as server:
+        stack = build_query_stack(
+            base, settings, provider=OpenAICompatibleProvider(server.base_url, timeout_s=5)
+        )
+        result = stack.retrieve_staged("battery supplier shipment and cloud subscriber churn", top_k=3)
+    stages = [r.stage for r in result.reports]
+    assert stages[-1] == "decompose" and stages.count("step_back") == 2
+    assert stages.count("corrective") >= 2  # each sub-question (and its variants) was graded
+    assert len(server.requests) == 2  # one step-back call per sub-question

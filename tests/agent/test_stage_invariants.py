@@ -206,3 +206,14 @@ def test_stack_needs_a_provider_for_llm_stages(world: World) -> None:
         build_query_stack(world.retriever, Settings(query_transform="hyde"))
     with pytest.raises(ValueError, match="Settings"):
         build_query_stack(world.retriever, None)  # type: ignore[arg-type]
+
+
+def test_stage_reports_serialise_to_json(world: World) -> None:
+    stack = build_query_stack(
+        world.retriever, Settings(query_transform="rag_fusion", corrective="on"), provider=world.provider
+    )
+    reports = stack.retrieve_staged("cloud churn Globex pricing", top_k=3).reports
+    data = json.loads(json.dumps([r.to_dict() for r in reports]))
+    assert [r["stage"] for r in data] == ["corrective"] * (len(data) - 1) + ["rag_fusion"]
+    assert data[0]["actions"][-1]["action"] in ("accept", "refuse")
+    assert all("total" in r["timings_ms"] for r in data)

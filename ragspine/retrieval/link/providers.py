@@ -25,11 +25,17 @@ _BODY_EXCERPT_CHARS = 300
 class LLMProvider(Protocol):
     """A chat model: ``messages`` are ``{"role": ..., "content": ...}`` dicts; returns the reply text.
 
-    Implementations raise on transport or protocol failure; callers decide how to degrade.
+    ``tools`` (OpenAI function-tool dicts) are offered to the model when given. Implementations raise on
+    transport or protocol failure; callers decide how to degrade.
     """
 
     def chat(
-        self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int | None = None
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str: ...
 
 
