@@ -76,6 +76,7 @@ class _Transform:
     """The shared loop: generate texts (bounded LLM call), gate them, retrieve with each, fuse."""
 
     stage = ""
+    max_generated = 1
 
     def __init__(
         self,
@@ -106,9 +107,12 @@ class _Transform:
         """Snippets best first plus this stage's report (after the base's own stage reports)."""
         report = StageReport(self.stage)
         t0 = time.perf_counter()
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
         with record_llm_calls() as log:
             try:
-                generated = [g for g in self.generate(query) if g.strip() and g.strip() != query.strip()]
+                texts = dict.fromkeys(g.strip() for g in self.generate(query))
+                generated = [g for g in texts if g and g != query.strip()][: self.max_generated]
             except LLMUnavailable as exc:
                 generated = []
                 report.degraded, report.error = True, str(exc)
@@ -172,13 +176,13 @@ class RAGFusionRetriever(_Transform):
         if isinstance(max_variants, bool) or not isinstance(max_variants, int) or not 1 <= max_variants <= 16:
             raise ValueError(f"max_variants must be an integer from 1 to 16, got {max_variants!r}")
         super().__init__(base, provider, security_gate=security_gate, budget_s=budget_s)
-        self.max_variants = max_variants
+        self.max_variants = self.max_generated = max_variants
 
     def generate(self, query: str) -> list[str]:
         reply = bounded_chat(
             self.provider, build_prompt(TASK_FUSION, query, n=self.max_variants), budget_s=self.budget_s
         )
-        return reply_lines(reply, limit=self.max_variants + 1)[: self.max_variants + 1]
+        return reply_lines(reply, limit=self.max_variants + 1)  # the question itself may come back too
 
 
 class StepBackRetriever(_Transform):

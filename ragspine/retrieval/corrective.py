@@ -184,6 +184,8 @@ class CorrectiveRetriever:
                 log.debug("corrective retrieval: grade %.3f over %d snippets -> %s", grade, count, action)
 
     def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
         report = StageReport(self.stage)
         t0 = time.perf_counter()
         current_query, current_filters = query, filters

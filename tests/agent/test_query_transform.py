@@ -181,3 +181,19 @@ def test_each_sub_question_runs_the_whole_guarded_chain(corpus) -> None:  # type
     assert stages[-1] == "decompose" and stages.count("step_back") == 2
     assert stages.count("corrective") >= 2  # each sub-question (and its variants) was graded
     assert len(server.requests) == 2  # one step-back call per sub-question
+
+
+def test_fusion_caps_the_variants_and_drops_the_question_and_repeats(corpus) -> None:  # type: ignore[no-untyped-def]
+    _, base = corpus
+    recording = Recording(base)
+    reply = f"{QUERY}\nbattery pricing\nbattery pricing\ncloud churn\ndividend cost\nsupplier margin"
+    with ScriptedLLMServer(fixed(reply)) as server:
+        fusion = RAGFusionRetriever(
+            recording, OpenAICompatibleProvider(server.base_url, timeout_s=5), max_variants=2
+        )
+        report = fusion.retrieve_staged(QUERY, top_k=3).reports[-1]
+        with pytest.raises(ValueError, match="query"):
+            fusion.retrieve("  ")
+    assert report.variants_tried == ["battery pricing", "cloud churn"]
+    assert recording.queries == [QUERY, "battery pricing", "cloud churn"]
+    assert len(server.requests) == 1  # a blank query never reaches the model

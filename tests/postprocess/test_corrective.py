@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,19 @@ def test_factory(base: Recording) -> None:
     )
     with pytest.raises(ValueError, match="choices: none, on"):
         make_corrective_retriever(base, "sometimes")
+
+
+def test_emit_logs_grades_and_actions_never_text(base: Recording, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ragspine.retrieval.corrective"):
+        CorrectiveRetriever(base, emit=False).retrieve("zeppelin quantum", top_k=3)
+        assert caplog.records == []
+        CorrectiveRetriever(base).retrieve("zeppelin quantum", top_k=3)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages and all("zeppelin" not in m for m in messages)
+    assert any("refuse" in m for m in messages)
+
+
+def test_blank_query_is_rejected(base: Recording) -> None:
+    with pytest.raises(ValueError, match="query"):
+        CorrectiveRetriever(base).retrieve(" ")
+    assert base.calls == []
