@@ -18,7 +18,7 @@ from typing import Any
 
 from ragspine.agent.decompose import DecomposingRetriever, make_decomposer
 from ragspine.agent.llm import DEFAULT_LLM_DEADLINE_S
-from ragspine.agent.query_transform import make_adaptive_decomposer, make_query_transform
+from ragspine.agent.query_transform import AdaptiveDecomposer, make_adaptive_decomposer, make_query_transform
 from ragspine.agent.security_gate import SecurityGate
 from ragspine.retrieval.corrective import make_corrective_retriever
 from ragspine.retrieval.link.providers import LLMProvider
@@ -33,7 +33,8 @@ def build_query_stack(
     security_gate: SecurityGate | None = None,
 ) -> Any:
     """``base`` wrapped in the stages ``settings`` select (``corrective``, ``query_transform``,
-    ``query_decompose`` / ``adaptive``); ``adaptive`` wins over ``query_decompose`` when both are set.
+    ``query_decompose``, ``adaptive``); with ``adaptive`` set, only questions it classifies as multi-part
+    are decomposed, by the ``query_decompose`` decomposer (default: the heuristic splitter).
     ``provider`` is needed by the LLM stages (``ValueError`` otherwise); ``security_gate`` defaults to the
     built-in profile's. The LLM stages' budget is ``settings.llm_deadline_s``."""
     if not isinstance(settings, Settings):
@@ -52,9 +53,12 @@ def build_query_stack(
     retriever = make_query_transform(
         retriever, settings.query_transform, provider=provider, security_gate=gate, budget_s=budget
     )
-    decomposer = make_adaptive_decomposer(settings.adaptive, provider=provider, budget_s=budget)
-    if decomposer is None:
-        decomposer = make_decomposer(settings.query_decompose, provider=provider)
+    decomposer = make_decomposer(settings.query_decompose, provider=provider)
+    router = make_adaptive_decomposer(settings.adaptive, provider=provider, budget_s=budget)
+    if isinstance(router, AdaptiveDecomposer):
+        # The router picks the route; the multi-part route splits with the decomposer that
+        # RAGSPINE_QUERY_DECOMPOSE names (the heuristic splitter when none is named).
+        decomposer = AdaptiveDecomposer(router.classifier, decomposer)
     if decomposer is not None:
         retriever = DecomposingRetriever(retriever, decomposer, security_gate=gate)
     return retriever

@@ -217,3 +217,22 @@ def test_stage_reports_serialise_to_json(world: World) -> None:
     assert [r["stage"] for r in data] == ["corrective"] * (len(data) - 1) + ["rag_fusion"]
     assert data[0]["actions"][-1]["action"] in ("accept", "refuse")
     assert all("total" in r["timings_ms"] for r in data)
+
+
+def stage_calls(world: World) -> int:
+    """Requests from the query-time stages (the listwise judge's are not counted)."""
+    return sum(r["messages"][-1]["content"].startswith("### ragspine:") for r in world.server.requests)
+
+
+def test_adaptive_uses_the_named_decomposer_and_calls_no_model_for_simple_questions(world: World) -> None:
+    heuristic = build_query_stack(world.retriever, Settings(adaptive="heuristic"), provider=world.provider)
+    heuristic.retrieve("battery supplier and cloud churn", top_k=3)
+    heuristic.retrieve("battery", top_k=3)
+    assert stage_calls(world) == 0  # heuristic router and splitter
+    llm = build_query_stack(
+        world.retriever, Settings(adaptive="heuristic", query_decompose="llm"), provider=world.provider
+    )
+    llm.retrieve("battery", top_k=3)
+    assert stage_calls(world) == 0  # simple: single-shot
+    route = llm.retrieve_staged("battery supplier and cloud churn", top_k=3).reports[-1]
+    assert stage_calls(world) == 1 and route.route == "decomposed" and route.llm_calls == 1
