@@ -89,7 +89,11 @@ class Settings:
     chunker: str = "default"
     raptor: str = ""  # RAPTOR summaries beside the leaves: "" / none = off, on | all | leaves | summaries
     raptor_summarizer: str = ""  # extractive (default) | llm | none
-    postprocessor: str = ""
+    postprocessor: str = ""  # comma chain: mmr, lost_in_middle, compression; empty = none
+    query_transform: str = ""  # none | hyde | rag_fusion | step_back (needs an LLM provider); empty = none
+    query_decompose: str = ""  # none | heuristic | llm; empty = none
+    adaptive: str = ""  # none | heuristic | llm: decompose multi-part questions only; empty = none
+    corrective: str = ""  # none | on: grade -> act loop (drop filters -> rewrite -> refuse); empty = none
     filter_extractor: str = "none"
     library_router: str = "none"
     vector_store: str = "memory"
@@ -103,6 +107,8 @@ class Settings:
     llm_base_url: str = ""
     llm_api_key: str = ""
     llm_model: str = ""
+    llm_retries: int = 0  # extra attempts after a transport failure, a timeout, a 429 or a 5xx
+    llm_deadline_s: float = 5.0  # cap on one stage's LLM calls; a caller's deadline may cut it
     openai_base_url: str = ""
     openai_api_key: str = ""
     openai_embedding_model: str = "text-embedding-3-small"

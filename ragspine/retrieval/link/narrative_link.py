@@ -32,8 +32,10 @@ from ragspine.retrieval.pipeline import (
     to_snippet,
 )
 from ragspine.retrieval.pipeline.request import split_filters
+from ragspine.retrieval.postprocess import make_postprocessor
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.retrieval.vector.store import VectorStore
+from ragspine.settings import Settings
 
 __all__ = [
     "RESTRICTED_SENSITIVITY",
@@ -172,13 +174,17 @@ def build_narrative_retriever(
     persistence_policy: str | None = None,
     reranker: Reranker | None = None,
     postprocessor: SnippetPostprocessor | None = None,
+    settings: Settings | None = None,
 ) -> tuple[NarrativeIndexRetriever, ChunkStore]:
     """Open (and initialise) the chunk store at ``chunk_db`` and assemble the default chain.
 
     Default: pure BM25 + RRF + glossary multi-query; with ``embedding_backend`` also dense; with
-    ``provider`` a listwise LLM rerank of the head (a model ``reranker`` takes precedence). The caller owns
-    closing the returned store.
+    ``provider`` a listwise LLM rerank of the head (a model ``reranker`` takes precedence). Without a
+    ``postprocessor``, ``settings.postprocessor`` (``RAGSPINE_POSTPROCESSOR``) selects one when
+    ``settings`` are given. The caller owns closing the returned store.
     """
+    if postprocessor is None and settings is not None:
+        postprocessor = make_postprocessor(settings=settings)
     store = ChunkStore(chunk_db)
     try:
         store.init_schema()

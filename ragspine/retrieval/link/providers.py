@@ -7,6 +7,7 @@ in ``vector.embedding_backends``) share, so both report failures the same way.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any, Protocol, runtime_checkable
@@ -24,11 +25,17 @@ _BODY_EXCERPT_CHARS = 300
 class LLMProvider(Protocol):
     """A chat model: ``messages`` are ``{"role": ..., "content": ...}`` dicts; returns the reply text.
 
-    Implementations raise on transport or protocol failure; callers decide how to degrade.
+    ``tools`` (OpenAI function-tool dicts) are offered to the model when given. Implementations raise on
+    transport or protocol failure; callers decide how to degrade.
     """
 
     def chat(
-        self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int | None = None
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str: ...
 
 
@@ -83,19 +90,45 @@ def _check_timeout(timeout_s: object) -> float:
 class OpenAICompatibleProvider:
     """Chat completions from a server speaking the OpenAI wire format (``POST {base_url}/chat/completions``).
 
-    ``timeout_s`` bounds each request in seconds. ``chat`` raises ``ValueError`` for malformed messages and
-    ``RuntimeError`` for HTTP errors (status and body excerpt), timeouts, and replies without
-    ``choices[0].message.content``.
+    ``timeout_s`` bounds each request in seconds. ``retries`` more attempts follow a transport failure, a
+    timeout or an HTTP 5xx/429 (never a 4xx or a malformed reply), ``retry_backoff_s`` apart (doubling).
+    ``chat`` raises ``ValueError`` for malformed messages and ``RuntimeError`` for HTTP errors (status and
+    body excerpt), timeouts, and replies without ``choices[0].message.content``. ``tools`` (OpenAI
+    function-tool dicts) are sent as the request's ``tools`` when given.
     """
 
-    def __init__(self, base_url: str, api_key: str = "", model: str = "", *, timeout_s: float = 30) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str = "",
+        model: str = "",
+        *,
+        timeout_s: float = 30,
+        retries: int = 0,
+        retry_backoff_s: float = 0.2,
+    ) -> None:
         self.base_url = _check_base_url(base_url)
         self.api_key = api_key
         self.model = model
         self.timeout_s = _check_timeout(timeout_s)
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
+            raise ValueError(f"retries must be an integer from 0 to 10, got {retries!r}")
+        if (
+            isinstance(retry_backoff_s, bool)
+            or not isinstance(retry_backoff_s, int | float)
+            or retry_backoff_s < 0
+        ):
+            raise ValueError(f"retry_backoff_s must be a number >= 0, got {retry_backoff_s!r}")
+        self.retries = retries
+        self.retry_backoff_s = float(retry_backoff_s)
 
     def chat(
-        self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int | None = None
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
         """The assistant's reply text for ``messages``."""
         if not isinstance(messages, list) or not messages:
@@ -112,8 +145,10 @@ class OpenAICompatibleProvider:
             payload["model"] = self.model
         if max_tokens is not None:
             payload["max_tokens"] = int(max_tokens)
+        if tools:
+            payload["tools"] = tools
         url = f"{self.base_url}/chat/completions"
-        reply = post_json(url, payload, api_key=self.api_key, timeout_s=self.timeout_s)
+        reply = self._post(url, payload)
         try:
             content = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
@@ -124,21 +159,56 @@ class OpenAICompatibleProvider:
             raise RuntimeError(f"POST {url} returned non-text content: {content!r}")
         return content
 
+    def _post(self, url: str, payload: dict[str, Any]) -> Any:
+        delay = self.retry_backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                return post_json(url, payload, api_key=self.api_key, timeout_s=self.timeout_s)
+            except RuntimeError as exc:
+                if attempt == self.retries or not _retryable(str(exc)):
+                    raise
+            time.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _retryable(message: str) -> bool:
+    """Transport failures, timeouts, 429 and 5xx are worth another attempt; 4xx and bad bodies are not."""
+    if "returned a body that is not JSON" in message:
+        return False
+    if ": HTTP " in message:
+        code = message.split(": HTTP ", 1)[1][:3]
+        return code == "429" or code.startswith("5")
+    return True
+
 
 class DeterministicProvider:
     """An offline stand-in LLM for tests and laptop mode.
 
     For a listwise rerank prompt (``build_listwise_prompt``) it answers ``"[i] > [j] > ..."`` (0-based, as
     the prompt numbers them) ranking the passages by how many distinct query tokens each contains (ties
-    keep the given order). Any other prompt gets an empty reply. Same input, same output, in every process.
+    keep the given order); a query-time stage prompt (``ragspine.agent.prompts``) gets
+    ``deterministic_reply``. Any other prompt gets an empty reply. Same input, same output, in every process.
     """
 
     def chat(
-        self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int | None = None
+        self,
+        messages: list[dict[str, str]],
+        *,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
         """A deterministic reply to the last user message."""
         prompt = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
-        parsed = parse_listwise_prompt(prompt) if isinstance(prompt, str) else None
+        if not isinstance(prompt, str):
+            return ""
+        from ragspine.agent.prompts import deterministic_reply  # the query-time stages' prompts
+
+        staged = deterministic_reply(prompt)
+        if staged is not None:
+            return staged
+        parsed = parse_listwise_prompt(prompt)
         if parsed is None:
             return ""
         query, candidates = parsed
@@ -181,6 +251,7 @@ def make_llm_provider(
             kwargs.pop("api_key", None) or settings.llm_api_key,
             kwargs.pop("model", None) or settings.llm_model,
             timeout_s=kwargs.pop("timeout_s", None) or settings.http_timeout_s,
+            retries=kwargs.pop("retries", settings.llm_retries),
             **kwargs,
         )
     raise ValueError(f"unknown LLM provider {spec!r}; choices: {', '.join(LLM_PROVIDER_CHOICES)}")

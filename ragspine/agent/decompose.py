@@ -1,0 +1,171 @@
+"""Query decomposition: a multi-part question fans out into sub-questions, each through the full guarded
+retrieval, merged deterministically.
+
+``DecomposingRetriever`` is the stage: the decomposer (heuristic splitter, LLM, or the Adaptive-RAG router)
+proposes sub-questions, the security gate screens each one (a refused sub-question is reported and never
+retrieved), every allowed sub-question runs through the base retriever — which is the whole guarded chain
+below it (transform, corrective loop, both RESTRICTED exits) — and the rankings are fused with RRF. The
+original question is the plain path: it is used alone when the question is not decomposed, when the
+model fails (flagged), or when every sub-question was refused.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import date
+from typing import Any, Protocol
+
+from ragspine.agent.llm import DEFAULT_LLM_DEADLINE_S, LLMUnavailable, bounded_chat, record_llm_calls
+from ragspine.agent.prompts import TASK_DECOMPOSE, build_prompt, reply_lines, split_parts
+from ragspine.agent.security_gate import SecurityGate
+from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.stage_report import StagedResult, StageReport, fuse_snippets, run_base
+from ragspine.settings import OFF, Settings, choice
+
+ROUTE_DECOMPOSED = "decomposed"
+ROUTE_SINGLE = "single"
+QUERY_DECOMPOSE_ENV = "RAGSPINE_QUERY_DECOMPOSE"
+DEFAULT_MAX_SUBQUESTIONS = 4
+DECOMPOSE_CHOICES = ("none", "heuristic", "llm")
+
+
+class QueryDecomposer(Protocol):
+    def decompose(self, question: str, *, reference_date: date | None = None) -> list[str]: ...
+
+
+def _check_question(question: object) -> str:
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("question must be a non-empty string")
+    return question
+
+
+def _check_max(max_subquestions: object) -> int:
+    if (
+        isinstance(max_subquestions, bool)
+        or not isinstance(max_subquestions, int)
+        or not 1 <= max_subquestions <= 16
+    ):
+        raise ValueError(f"max_subquestions must be an integer from 1 to 16, got {max_subquestions!r}")
+    return max_subquestions
+
+
+def has_conjunction(question: str) -> bool:
+    """True when the question splits into two or more parts at its conjunctions."""
+    return len(split_parts(question)) > 1
+
+
+class HeuristicQueryDecomposer:
+    """Deterministic: the parts of the question at 'and', ';', '?', 和, 以及, ... (else the question)."""
+
+    def __init__(self, *, max_subquestions: int = DEFAULT_MAX_SUBQUESTIONS) -> None:
+        self.max_subquestions = _check_max(max_subquestions)
+
+    def decompose(self, question: str, *, reference_date: date | None = None) -> list[str]:
+        parts = split_parts(_check_question(question))
+        return parts[: self.max_subquestions] if len(parts) > 1 else [question]
+
+
+class LLMQueryDecomposer:
+    """Asks the model for sub-questions; a failure or an unusable reply gives ``[question]`` (the plain
+    path, counted as a failure in the active LLM call log)."""
+
+    def __init__(
+        self,
+        provider: LLMProvider,
+        *,
+        max_subquestions: int = DEFAULT_MAX_SUBQUESTIONS,
+        budget_s: float = DEFAULT_LLM_DEADLINE_S,
+    ) -> None:
+        if provider is None:
+            raise ValueError("the LLM decomposer needs an LLM provider")
+        self.provider = provider
+        self.max_subquestions = _check_max(max_subquestions)
+        self.budget_s = budget_s
+
+    def decompose(self, question: str, *, reference_date: date | None = None) -> list[str]:
+        _check_question(question)
+        prompt = build_prompt(TASK_DECOMPOSE, question, n=self.max_subquestions)
+        try:
+            reply = bounded_chat(self.provider, prompt, budget_s=self.budget_s)
+        except LLMUnavailable:
+            return [question]
+        return reply_lines(reply, limit=self.max_subquestions) or [question]
+
+
+def make_decomposer(
+    spec: str | None = None, *, provider: LLMProvider | None = None, settings: Settings | None = None
+) -> QueryDecomposer | None:
+    """``none`` → None; ``heuristic`` → the splitter; ``llm`` → :class:`LLMQueryDecomposer` (needs
+    ``provider``). ``spec=None`` reads ``settings.query_decompose`` (``Settings.from_env()`` when no
+    ``settings`` are given). Raises ``ValueError`` listing the choices for an unknown name."""
+    if spec is None:
+        spec = (settings or Settings.from_env()).query_decompose
+    name = choice(spec).replace("-", "_")
+    if name == OFF:
+        return None
+    if name == "heuristic":
+        return HeuristicQueryDecomposer()
+    if name == "llm":
+        if provider is None:
+            raise ValueError("query decomposition 'llm' needs an LLM provider: pass provider=")
+        return LLMQueryDecomposer(provider)
+    raise ValueError(f"unknown query decomposer {spec!r}; choices: {', '.join(DECOMPOSE_CHOICES)}")
+
+
+class DecomposingRetriever:
+    """Fans a question out into gated sub-questions through ``base`` and fuses their rankings with RRF."""
+
+    stage = "decompose"
+
+    def __init__(
+        self,
+        base: Any,
+        decomposer: QueryDecomposer,
+        *,
+        security_gate: SecurityGate | None = None,
+        reference_date: date | None = None,
+    ) -> None:
+        if decomposer is None:
+            raise ValueError("DecomposingRetriever needs a decomposer")
+        self.base = base
+        self.decomposer = decomposer
+        self.security_gate = security_gate
+        self.reference_date = reference_date
+
+    def retrieve(
+        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
+    ) -> list[dict[str, object]]:
+        return self.retrieve_staged(query, filters=filters, top_k=top_k).snippets
+
+    def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult:
+        report = StageReport(self.stage, route=ROUTE_SINGLE)
+        t0 = time.perf_counter()
+        with record_llm_calls() as log:
+            subs = self.decomposer.decompose(_check_question(query), reference_date=self.reference_date)
+        report.llm_calls, report.llm_failures = log.calls, log.failures
+        report.deadline_hit = log.deadline_hits > 0
+        if log.failures:
+            report.degraded, report.error = True, log.errors[-1]
+        report.timings_ms["decompose"] = (time.perf_counter() - t0) * 1000.0
+        subs = [s for s in dict.fromkeys(s.strip() for s in subs) if s]
+        if subs == [query.strip()]:
+            subs = []
+        if self.security_gate is not None:
+            subs, refused = self.security_gate.split(subs)
+            report.variants_refused = [(r.text, r.external_entity) for r in refused]
+        t1 = time.perf_counter()
+        reports: list[StageReport] = []
+        if subs:
+            report.route, report.variants_tried = ROUTE_DECOMPOSED, subs
+            rankings = []
+            for sub in subs:
+                result = run_base(self.base, sub, filters=filters, top_k=top_k)
+                rankings.append(result.snippets)
+                reports.extend(result.reports)
+            snippets = fuse_snippets(rankings, top_k=top_k)
+        else:
+            plain = run_base(self.base, query, filters=filters, top_k=top_k)
+            snippets, reports = plain.snippets, list(plain.reports)
+        report.timings_ms["retrieve"] = (time.perf_counter() - t1) * 1000.0
+        report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
+        return StagedResult(snippets, [*reports, report])

@@ -1,0 +1,322 @@
+"""LLM query transforms over a base retriever (HyDE, RAG-Fusion, step-back) and the Adaptive-RAG router.
+
+Each transform wraps a ``NarrativeRetriever`` and is one self-contained step: ``retrieve_staged(query,
+filters=, top_k=)`` returns the snippets plus a :class:`StageReport` (variants tried and refused, LLM
+calls, whether it degraded or hit its deadline, timings). The rules every transform keeps:
+
+- only the user's question goes into a prompt, never retrieved text, so RESTRICTED text cannot reach the
+  model; every snippet returned comes from the base retriever (which applies both RESTRICTED exits), so
+  provenance is the base's;
+- every generated text passes the security gate before it is retrieved with; a refused one is reported;
+- any LLM failure (error, garbage, empty reply, deadline) degrades to the plain path, flagged, never an
+  error; the original query's ranking is always part of the result;
+- HyDE's hypothetical document is a retrieval probe: it is never returned, cited or copied into a snippet.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import date
+from typing import Any, Protocol
+
+from ragspine.agent.decompose import HeuristicQueryDecomposer, LLMQueryDecomposer, QueryDecomposer
+from ragspine.agent.llm import DEFAULT_LLM_DEADLINE_S, LLMUnavailable, bounded_chat, record_llm_calls
+from ragspine.agent.prompts import (
+    TASK_CLASSIFY,
+    TASK_FUSION,
+    TASK_HYDE,
+    TASK_STEP_BACK,
+    build_prompt,
+    heuristic_complexity,
+    reply_lines,
+)
+from ragspine.agent.security_gate import SecurityGate
+from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.stage_report import StagedResult, StageReport, fuse_snippets, run_base
+from ragspine.settings import OFF, Settings, choice
+
+__all__ = [
+    "ADAPTIVE_ENV",
+    "COMPLEXITY_MULTI",
+    "COMPLEXITY_SIMPLE",
+    "COMPLEXITY_SINGLE",
+    "DEFAULT_MAX_VARIANTS",
+    "QUERY_TRANSFORM_CHOICES",
+    "QUERY_TRANSFORM_ENV",
+    "AdaptiveDecomposer",
+    "ComplexityClassifier",
+    "HeuristicComplexityClassifier",
+    "HyDERetriever",
+    "LLMComplexityClassifier",
+    "NarrativeRetriever",
+    "RAGFusionRetriever",
+    "StepBackRetriever",
+    "make_adaptive_decomposer",
+    "make_query_transform",
+]
+
+QUERY_TRANSFORM_ENV = "RAGSPINE_QUERY_TRANSFORM"
+ADAPTIVE_ENV = "RAGSPINE_ADAPTIVE"
+DEFAULT_MAX_VARIANTS = 4
+COMPLEXITY_SIMPLE = "simple"
+COMPLEXITY_SINGLE = "single"
+COMPLEXITY_MULTI = "multi"
+COMPLEXITIES = (COMPLEXITY_SIMPLE, COMPLEXITY_SINGLE, COMPLEXITY_MULTI)
+QUERY_TRANSFORM_CHOICES = ("none", "hyde", "rag_fusion", "step_back")
+ADAPTIVE_CHOICES = ("none", "heuristic", "llm")
+
+
+class NarrativeRetriever(Protocol):
+    def retrieve(
+        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
+    ) -> list[dict[str, object]]: ...
+
+
+class _Transform:
+    """The shared loop: generate texts (bounded LLM call), gate them, retrieve with each, fuse."""
+
+    stage = ""
+    max_generated = 1
+
+    def __init__(
+        self,
+        base: Any,
+        provider: LLMProvider,
+        *,
+        security_gate: SecurityGate | None = None,
+        budget_s: float = DEFAULT_LLM_DEADLINE_S,
+    ) -> None:
+        if provider is None:
+            raise ValueError(f"{self.stage} needs an LLM provider (set RAGSPINE_LLM_PROVIDER / _BASE_URL)")
+        if isinstance(budget_s, bool) or not isinstance(budget_s, int | float) or budget_s <= 0:
+            raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
+        self.base = base
+        self.provider = provider
+        self.security_gate = security_gate
+        self.budget_s = float(budget_s)
+
+    def generate(self, query: str) -> list[str]:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    def retrieve(
+        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
+    ) -> list[dict[str, object]]:
+        return self.retrieve_staged(query, filters=filters, top_k=top_k).snippets
+
+    def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult:
+        """Snippets best first plus this stage's report (after the base's own stage reports)."""
+        report = StageReport(self.stage)
+        t0 = time.perf_counter()
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        with record_llm_calls() as log:
+            try:
+                texts = dict.fromkeys(g.strip() for g in self.generate(query))
+                generated = [g for g in texts if g and g != query.strip()][: self.max_generated]
+            except LLMUnavailable as exc:
+                generated = []
+                report.degraded, report.error = True, str(exc)
+        report.llm_calls, report.llm_failures = log.calls, log.failures
+        report.deadline_hit = log.deadline_hits > 0
+        report.timings_ms["llm"] = (time.perf_counter() - t0) * 1000.0
+        if self.security_gate is not None:
+            generated, refused = self.security_gate.split(generated)
+            report.variants_refused = [(r.text, r.external_entity) for r in refused]
+        report.variants_tried = generated
+        t1 = time.perf_counter()
+        plain = run_base(self.base, query, filters=filters, top_k=top_k)
+        reports = list(plain.reports)
+        rankings = [plain.snippets]
+        for text in generated:
+            extra = run_base(self.base, text, filters=filters, top_k=top_k)
+            rankings.append(extra.snippets)
+            reports.extend(extra.reports)
+        snippets = plain.snippets if len(rankings) == 1 else fuse_snippets(rankings, top_k=top_k)
+        report.timings_ms["retrieve"] = (time.perf_counter() - t1) * 1000.0
+        report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
+        return StagedResult(snippets, [*reports, report])
+
+
+class HyDERetriever(_Transform):
+    """Retrieves with the question and with a hypothetical answer passage written by the model, fused.
+
+    The passage is a probe only: the snippets are the base retriever's, none is built from the passage.
+    """
+
+    stage = "hyde"
+
+    def __init__(
+        self,
+        base: NarrativeRetriever,
+        provider: LLMProvider,
+        *,
+        security_gate: SecurityGate | None = None,
+        budget_s: float = DEFAULT_LLM_DEADLINE_S,
+    ) -> None:
+        super().__init__(base, provider, security_gate=security_gate, budget_s=budget_s)
+
+    def generate(self, query: str) -> list[str]:
+        return [bounded_chat(self.provider, build_prompt(TASK_HYDE, query), budget_s=self.budget_s)]
+
+
+class RAGFusionRetriever(_Transform):
+    """Retrieves with the question and up to ``max_variants`` model-written rephrasings, fused with RRF."""
+
+    stage = "rag_fusion"
+
+    def __init__(
+        self,
+        base: NarrativeRetriever,
+        provider: LLMProvider,
+        *,
+        max_variants: int = DEFAULT_MAX_VARIANTS,
+        security_gate: SecurityGate | None = None,
+        budget_s: float = DEFAULT_LLM_DEADLINE_S,
+    ) -> None:
+        if isinstance(max_variants, bool) or not isinstance(max_variants, int) or not 1 <= max_variants <= 16:
+            raise ValueError(f"max_variants must be an integer from 1 to 16, got {max_variants!r}")
+        super().__init__(base, provider, security_gate=security_gate, budget_s=budget_s)
+        self.max_variants = self.max_generated = max_variants
+
+    def generate(self, query: str) -> list[str]:
+        reply = bounded_chat(
+            self.provider, build_prompt(TASK_FUSION, query, n=self.max_variants), budget_s=self.budget_s
+        )
+        return reply_lines(reply, limit=self.max_variants + 1)  # the question itself may come back too
+
+
+class StepBackRetriever(_Transform):
+    """Retrieves with the question and a more general step-back question, fused with RRF."""
+
+    stage = "step_back"
+
+    def __init__(
+        self,
+        base: NarrativeRetriever,
+        provider: LLMProvider,
+        *,
+        security_gate: SecurityGate | None = None,
+        budget_s: float = DEFAULT_LLM_DEADLINE_S,
+    ) -> None:
+        super().__init__(base, provider, security_gate=security_gate, budget_s=budget_s)
+
+    def generate(self, query: str) -> list[str]:
+        reply = bounded_chat(self.provider, build_prompt(TASK_STEP_BACK, query), budget_s=self.budget_s)
+        return reply_lines(reply, limit=1)
+
+
+class ComplexityClassifier(Protocol):
+    def classify(self, question: str, *, reference_date: date | None = None) -> str: ...
+
+
+class HeuristicComplexityClassifier:
+    """Deterministic: ``multi`` for a comparison or a question with several parts, ``simple`` for a short
+    lookup (at most 3 words), else ``single``."""
+
+    def classify(self, question: str, *, reference_date: date | None = None) -> str:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question must be a non-empty string")
+        return heuristic_complexity(question)
+
+
+class LLMComplexityClassifier:
+    """Asks the model for the class; an unusable answer or a failure falls back to the heuristic."""
+
+    def __init__(self, provider: LLMProvider, *, budget_s: float = DEFAULT_LLM_DEADLINE_S) -> None:
+        if provider is None:
+            raise ValueError("the LLM complexity classifier needs an LLM provider")
+        self.provider = provider
+        self.budget_s = budget_s
+        self.fallback = HeuristicComplexityClassifier()
+
+    def classify(self, question: str, *, reference_date: date | None = None) -> str:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question must be a non-empty string")
+        try:
+            reply = bounded_chat(self.provider, build_prompt(TASK_CLASSIFY, question), budget_s=self.budget_s)
+        except LLMUnavailable:
+            return self.fallback.classify(question, reference_date=reference_date)
+        word = reply.strip().strip(".'\"").casefold()
+        return (
+            word if word in COMPLEXITIES else self.fallback.classify(question, reference_date=reference_date)
+        )
+
+
+class AdaptiveDecomposer:
+    """Routes a question: ``multi`` → ``inner.decompose`` (default: the heuristic splitter), else the
+    question alone (the single-shot path)."""
+
+    def __init__(self, classifier: ComplexityClassifier, inner: QueryDecomposer | None = None) -> None:
+        self.classifier = classifier
+        self.inner: QueryDecomposer = inner if inner is not None else HeuristicQueryDecomposer()
+
+    def decompose(self, question: str, *, reference_date: date | None = None) -> list[str]:
+        route = self.classifier.classify(question, reference_date=reference_date)
+        if route != COMPLEXITY_MULTI:
+            return [question]
+        return self.inner.decompose(question, reference_date=reference_date)
+
+
+def _spec(spec: str | None, settings: object, attribute: str) -> str:
+    if spec is None:
+        resolved = settings if isinstance(settings, Settings) else Settings.from_env()
+        spec = getattr(resolved, attribute)
+    return choice(spec).replace("-", "_")
+
+
+def make_query_transform(
+    base: NarrativeRetriever,
+    spec: str | None = None,
+    *,
+    provider: LLMProvider | None = None,
+    **kwargs: object,
+) -> NarrativeRetriever:
+    """``base`` wrapped in the transform named by ``spec`` (``none`` → ``base`` itself, unchanged).
+
+    ``spec=None`` reads ``settings.query_transform`` (``settings=`` in ``kwargs``, else the environment).
+    ``hyde`` / ``rag_fusion`` / ``step_back`` need ``provider``. Other ``kwargs``: ``security_gate``,
+    ``budget_s`` and (RAG-Fusion) ``max_variants``. Raises ``ValueError`` listing the choices for an
+    unknown name, and when a transform is named without a provider.
+    """
+    settings = kwargs.pop("settings", None)
+    name = _spec(spec, settings, "query_transform")
+    if name == OFF:
+        return base
+    if name not in QUERY_TRANSFORM_CHOICES:
+        raise ValueError(f"unknown query transform {spec!r}; choices: {', '.join(QUERY_TRANSFORM_CHOICES)}")
+    if provider is None:
+        raise ValueError(
+            f"query transform {name!r} needs an LLM provider: pass provider= (make_llm_provider) or set "
+            "RAGSPINE_LLM_PROVIDER / RAGSPINE_LLM_BASE_URL"
+        )
+    options: dict[str, Any] = dict(kwargs)
+    if name == "hyde":
+        options.pop("max_variants", None)
+        return HyDERetriever(base, provider, **options)
+    if name == "step_back":
+        options.pop("max_variants", None)
+        return StepBackRetriever(base, provider, **options)
+    return RAGFusionRetriever(base, provider, **options)
+
+
+def make_adaptive_decomposer(
+    spec: str | None = None, *, provider: LLMProvider | None = None, **kwargs: object
+) -> QueryDecomposer | None:
+    """The Adaptive-RAG router named by ``spec``: ``none`` → None; ``heuristic`` (also ``on``/``true``/
+    ``1``) → the deterministic classifier; ``llm`` → the model classifier (needs ``provider``). With a
+    provider the multi-part route decomposes with the model, else with the heuristic splitter.
+    ``spec=None`` reads ``settings.adaptive`` (``settings=`` in ``kwargs``, else the environment)."""
+    name = _spec(spec, kwargs.pop("settings", None), "adaptive")
+    if name in ("on", "true", "1", "yes"):
+        name = "heuristic"
+    if name == OFF:
+        return None
+    if name not in ADAPTIVE_CHOICES:
+        raise ValueError(f"unknown adaptive router {spec!r}; choices: {', '.join(ADAPTIVE_CHOICES)}")
+    budget = float(kwargs.get("budget_s", DEFAULT_LLM_DEADLINE_S))  # type: ignore[arg-type]
+    inner = LLMQueryDecomposer(provider, budget_s=budget) if provider is not None else None
+    if name == "llm":
+        if provider is None:
+            raise ValueError("adaptive router 'llm' needs an LLM provider: pass provider=")
+        return AdaptiveDecomposer(LLMComplexityClassifier(provider, budget_s=budget), inner)
+    return AdaptiveDecomposer(HeuristicComplexityClassifier(), inner)

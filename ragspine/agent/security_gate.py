@@ -1,0 +1,131 @@
+"""The deterministic security gate: a question or generated variant naming an external entity is refused.
+
+The gate is driven by the domain profile's external (competitor) entities. It screens the user's question
+and every text a query-time stage generates (HyDE probe, RAG-Fusion variant, step-back question,
+sub-question) before that text reaches retrieval, so a competitor query never retrieves home numbers.
+``detect(text)`` is the small screen protocol the graph extractors and ``GraphQuery`` already call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ragspine.common.company_profile import DomainProfile, load_company_profile
+
+SECURITY_ALLOW = "allow"
+SECURITY_REFUSE_OUT_OF_SCOPE = "out_of_scope_entity"
+MASK = "[EXTERNAL]"
+
+
+@dataclass(frozen=True)
+class SecurityScreen:
+    """What :meth:`SecurityGate.detect` found: the first external entity code (or None) and the text with
+    every external alias replaced by ``[EXTERNAL]``."""
+
+    external_entity: str | None
+    masked_text: str
+
+
+@dataclass(frozen=True)
+class SecurityVerdict:
+    """``decision`` is ``allow`` or ``out_of_scope_entity``; a refusal says why and how to narrow."""
+
+    decision: str
+    external_entity: str | None = None
+    message: str | None = None
+    narrowing_options: list[str] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision == SECURITY_ALLOW
+
+
+@dataclass(frozen=True)
+class RefusedVariant:
+    """A generated text the gate refused, with the entity that caused it (reported, never retrieved)."""
+
+    text: str
+    external_entity: str
+
+
+class SecurityGate:
+    """Screens texts against ``external_entities`` (alias → entity code; codes match too).
+
+    ASCII aliases match case-insensitively on word boundaries, CJK aliases as substrings; the longest alias
+    wins where aliases overlap. Raises ``ValueError`` for a mapping that is not str → non-empty str or a
+    blank ``home_company_name``.
+    """
+
+    def __init__(self, external_entities: dict[str, str], home_company_name: str) -> None:
+        if not isinstance(external_entities, Mapping):
+            raise ValueError("external_entities must be a mapping of alias to entity code")
+        if not isinstance(home_company_name, str) or not home_company_name.strip():
+            raise ValueError("home_company_name must be a non-empty string")
+        aliases: dict[str, str] = {}
+        for alias, code in external_entities.items():
+            if not isinstance(alias, str) or not isinstance(code, str) or not code.strip():
+                raise ValueError(f"external entity {alias!r} → {code!r}: both must be non-empty strings")
+            if alias.strip():
+                aliases[alias.strip().casefold()] = code.strip()
+        for code in {c.strip() for c in external_entities.values()}:
+            aliases.setdefault(code.casefold(), code)
+        self.external_entities = dict(external_entities)
+        self.home_company_name = home_company_name.strip()
+        parts = []
+        self._codes: dict[str, str] = {}
+        for alias in sorted(aliases, key=lambda a: (-len(a), a)):
+            escaped = re.escape(alias)
+            parts.append(rf"(?<![a-z0-9_]){escaped}(?![a-z0-9_])" if alias.isascii() else escaped)
+            self._codes[alias] = aliases[alias]
+        self._pattern = re.compile("|".join(parts), re.IGNORECASE) if parts else None
+
+    @classmethod
+    def from_profile(cls, profile: DomainProfile | None = None) -> SecurityGate:
+        """The gate of ``profile`` (default: the built-in profile)."""
+        profile = profile or load_company_profile()
+        return cls(dict(profile.external_entities), profile.home_company_name)
+
+    def detect(self, text: str) -> SecurityScreen:
+        """The first external entity named in ``text`` and the text with every such name masked."""
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a string, got {type(text).__name__}")
+        if self._pattern is None:
+            return SecurityScreen(None, text)
+        found: list[str] = []
+
+        def mask(match: re.Match[str]) -> str:
+            found.append(self._codes[match.group(0).casefold()])
+            return MASK
+
+        masked = self._pattern.sub(mask, text)
+        return SecurityScreen(found[0] if found else None, masked)
+
+    def screen(self, *, raw_question: str, metric: str | None) -> SecurityVerdict:
+        """Allow, or refuse a question about an external entity with a message and narrowing options."""
+        entity = self.detect(raw_question).external_entity
+        if entity is None:
+            return SecurityVerdict(SECURITY_ALLOW)
+        home = self.home_company_name
+        options = [f"Ask the same question about {home}."]
+        if metric:
+            options.append(f"Ask for {home}'s {metric}.")
+        return SecurityVerdict(
+            SECURITY_REFUSE_OUT_OF_SCOPE,
+            external_entity=entity,
+            message=f"{entity} is outside {home}'s data; only {home}'s own figures can be retrieved.",
+            narrowing_options=options,
+        )
+
+    def split(self, texts: Iterable[str]) -> tuple[list[str], list[RefusedVariant]]:
+        """``texts`` the gate allows (order kept) and the refused ones with their entity."""
+        allowed: list[str] = []
+        refused: list[RefusedVariant] = []
+        for text in texts:
+            entity = self.detect(text).external_entity
+            if entity is None:
+                allowed.append(text)
+            else:
+                refused.append(RefusedVariant(text, entity))
+        return allowed, refused

@@ -1,0 +1,256 @@
+"""Corrective retrieval (CRAG): a bounded, deterministic grade → act loop around a narrative retriever.
+
+The snippets of a retrieval are graded (default: :class:`LexicalOverlapGrader`). Below ``min_grade`` the
+loop acts, at most ``max_retries`` (≤ 2) times, in a fixed order: drop the metadata filters (when any were
+given), then rewrite the query (when the rewriter offers a new one); when the grade is still too low it
+refuses: ``retrieve`` returns no snippets rather than weak context, and the report says so. Refusal is a
+first-class outcome — the anti-fabrication-safe answer to "nothing relevant was found".
+
+Every retrieval goes through the base retriever, so both RESTRICTED exits and provenance are the base's;
+the default grader and rewriter are deterministic and call no model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
+from ragspine.retrieval.lexical.tokenizer import tokenize
+from ragspine.retrieval.stage_report import StagedResult, StageReport, run_base
+from ragspine.settings import OFF, Settings, choice
+from ragspine.tracing import stage_span
+
+log = logging.getLogger("ragspine.retrieval.corrective")
+
+CORRECTIVE_ENV = "RAGSPINE_CORRECTIVE"
+MAX_CORRECTIVE_RETRIES = 2
+ACTION_ACCEPT = "accept"
+ACTION_DROP_FILTERS = "drop_filters"
+ACTION_REWRITE = "rewrite"
+ACTION_REFUSE = "refuse"
+CORRECTIVE_CHOICES = ("none", "on")
+_GRADED_HEAD = 3
+_STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "was",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+    ]
+)
+
+
+class NarrativeRetriever(Protocol):
+    def retrieve(
+        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
+    ) -> list[dict[str, object]]: ...
+
+
+class RelevanceGrader(Protocol):
+    def grade(self, query: str, snippets: list[dict[str, object]]) -> float: ...
+
+
+def content_terms(text: str) -> set[str]:
+    """The distinct BM25 tokens of ``text`` without English stop words."""
+    return {t for t in tokenize(text) if t not in _STOPWORDS}
+
+
+class LexicalOverlapGrader:
+    """The best share of the query's content terms that one of the top 3 snippets contains (0.0–1.0).
+
+    No snippets grade 0.0; a query without content terms grades 1.0 (nothing to check)."""
+
+    def grade(self, query: str, snippets: list[dict[str, object]]) -> float:
+        terms = content_terms(query)
+        if not snippets:
+            return 0.0
+        if not terms:
+            return 1.0
+        best = 0.0
+        for snippet in snippets[:_GRADED_HEAD]:
+            covered = len(terms & set(tokenize(str(snippet.get("text", "")))))
+            best = max(best, covered / len(terms))
+        return best
+
+
+@dataclass(frozen=True)
+class GradeAction:
+    """One step of the loop: the grade of a retrieval, how many snippets it had, and what was done."""
+
+    action: str
+    grade: float
+    snippet_count: int
+
+
+def glossary_rewrite(query: str) -> str:
+    """Deterministic rewrite: the first glossary variant (controlled codes), else the content words."""
+    for variant in GlossaryQueryRewriter().rewrite(query):
+        if variant.strip() != query.strip():
+            return variant
+    words = [t for t in tokenize(query) if t not in _STOPWORDS and t.isascii()]
+    return " ".join(words) if words and query.isascii() else query
+
+
+class CorrectiveRetriever:
+    """``base`` behind the grade → act loop; ``retrieve_staged`` also returns the actions taken.
+
+    ``query_rewriter`` (default :func:`glossary_rewrite`) proposes the rewritten query; ``security_gate``
+    (``detect(text)``) refuses a rewrite naming an external entity. ``emit`` writes one log record and one
+    tracing span per graded retrieval (grades and actions only, never text). Raises ``ValueError`` for
+    ``min_grade`` outside [0, 1] or ``max_retries`` outside 0–2.
+    """
+
+    stage = "corrective"
+
+    def __init__(
+        self,
+        base: NarrativeRetriever,
+        *,
+        grader: RelevanceGrader | None = None,
+        min_grade: float = 0.5,
+        max_retries: int = 2,
+        query_rewriter: Callable[[str], str] | None = None,
+        emit: bool = True,
+        security_gate: Any = None,
+    ) -> None:
+        if isinstance(min_grade, bool) or not isinstance(min_grade, int | float) or not 0 <= min_grade <= 1:
+            raise ValueError(f"min_grade must be a number from 0 to 1, got {min_grade!r}")
+        if (
+            isinstance(max_retries, bool)
+            or not isinstance(max_retries, int)
+            or not 0 <= max_retries <= MAX_CORRECTIVE_RETRIES
+        ):
+            raise ValueError(
+                f"max_retries must be an integer from 0 to {MAX_CORRECTIVE_RETRIES}, got {max_retries!r}"
+            )
+        self.base = base
+        self.grader: RelevanceGrader = grader if grader is not None else LexicalOverlapGrader()
+        self.min_grade = float(min_grade)
+        self.max_retries = max_retries
+        self.query_rewriter = query_rewriter if query_rewriter is not None else glossary_rewrite
+        self.emit = emit
+        self.security_gate = security_gate
+
+    def retrieve(
+        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
+    ) -> list[dict[str, object]]:
+        """Snippets that passed the grade, best first; ``[]`` when the loop refused."""
+        return self.retrieve_staged(query, filters=filters, top_k=top_k).snippets
+
+    def _grade(self, query: str, snippets: list[dict[str, Any]]) -> float:
+        grade = float(self.grader.grade(query, snippets))
+        return min(1.0, max(0.0, grade))
+
+    def _record(self, report: StageReport, action: str, grade: float, count: int) -> None:
+        report.actions.append(GradeAction(action, grade, count))
+        if self.emit:
+            with stage_span("corrective", action=action, grade=grade, snippets=count):
+                log.debug("corrective retrieval: grade %.3f over %d snippets -> %s", grade, count, action)
+
+    def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        report = StageReport(self.stage)
+        t0 = time.perf_counter()
+        current_query, current_filters = query, filters
+        result = run_base(self.base, current_query, filters=current_filters, top_k=top_k)
+        reports = list(result.reports)
+        grade = self._grade(query, result.snippets)
+        tried = {query.strip()}
+        retries = 0
+        while grade < self.min_grade and retries < self.max_retries:
+            if current_filters:
+                action, current_filters = ACTION_DROP_FILTERS, None
+            else:
+                rewritten = self._rewrite(current_query, tried, report)
+                if rewritten is None:
+                    break
+                action, current_query = ACTION_REWRITE, rewritten
+                tried.add(rewritten.strip())
+                report.variants_tried.append(rewritten)
+            self._record(report, action, grade, len(result.snippets))
+            retries += 1
+            result = run_base(self.base, current_query, filters=current_filters, top_k=top_k)
+            reports.extend(result.reports)
+            # Always graded against the user's question: a rewrite must not move the goalposts.
+            grade = self._grade(query, result.snippets)
+        snippets = result.snippets
+        if grade < self.min_grade:
+            self._record(report, ACTION_REFUSE, grade, len(snippets))
+            report.refused = True
+            snippets = []
+        else:
+            self._record(report, ACTION_ACCEPT, grade, len(snippets))
+        report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
+        return StagedResult(snippets, [*reports, report])
+
+    def _rewrite(self, query: str, tried: set[str], report: StageReport) -> str | None:
+        rewritten = self.query_rewriter(query)
+        if not isinstance(rewritten, str) or not rewritten.strip() or rewritten.strip() in tried:
+            return None
+        if self.security_gate is not None:
+            entity = getattr(self.security_gate.detect(rewritten), "external_entity", None)
+            if entity:
+                report.variants_refused.append((rewritten, str(entity)))
+                return None
+        return rewritten
+
+
+def make_corrective_retriever(
+    base: NarrativeRetriever,
+    spec: str | None = None,
+    *,
+    grader: RelevanceGrader | None = None,
+    **kwargs: object,
+) -> NarrativeRetriever:
+    """``base`` behind the corrective loop when ``spec`` is ``on`` (also ``true``/``1``/``crag``);
+    ``none`` → ``base`` itself. ``spec=None`` reads ``settings.corrective`` (``settings=`` in ``kwargs``,
+    else the environment). Other ``kwargs`` go to :class:`CorrectiveRetriever`. Raises ``ValueError``
+    listing the choices for an unknown name."""
+    settings = kwargs.pop("settings", None)
+    if spec is None:
+        spec = (settings if isinstance(settings, Settings) else Settings.from_env()).corrective
+    name = choice(spec)
+    if name in ("true", "1", "yes", "crag"):
+        name = "on"
+    if name == OFF:
+        return base
+    if name != "on":
+        raise ValueError(f"unknown corrective mode {spec!r}; choices: {', '.join(CORRECTIVE_CHOICES)}")
+    return CorrectiveRetriever(base, grader=grader, **kwargs)  # type: ignore[arg-type]

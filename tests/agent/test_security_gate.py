@@ -1,0 +1,78 @@
+"""The security gate: external entities from the domain profile are detected, masked and refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragspine.agent.security_gate import (
+    MASK,
+    SECURITY_ALLOW,
+    SECURITY_REFUSE_OUT_OF_SCOPE,
+    SecurityGate,
+)
+from ragspine.common.company_profile import load_company_profile
+from ragspine.graph.extractor import LLMRelationExtractor
+
+
+@pytest.fixture
+def gate() -> SecurityGate:
+    return SecurityGate.from_profile()
+
+
+def test_detects_ascii_aliases_on_word_boundaries(gate: SecurityGate) -> None:
+    screen = gate.detect("How did GLOBEX Corp grow versus us?")
+    assert screen.external_entity == "GLOBEX"
+    assert screen.masked_text == f"How did {MASK} grow versus us?"  # the longest alias is masked whole
+    assert gate.detect("globexia and reglobex are other words").external_entity is None
+
+
+def test_detects_cjk_aliases_as_substrings_and_codes(gate: SecurityGate) -> None:
+    assert gate.detect("环球公司的营收").external_entity == "GLOBEX"
+    assert gate.detect("INITECH revenue").external_entity == "INITECH"
+    assert gate.detect("英尼泰克和环球").masked_text == f"{MASK}和{MASK}"
+
+
+def test_home_questions_pass(gate: SecurityGate) -> None:
+    screen = gate.detect("ACME Hong Kong revenue 2024")
+    assert screen.external_entity is None and screen.masked_text == "ACME Hong Kong revenue 2024"
+    assert gate.screen(raw_question="香港营收", metric="REVENUE").decision == SECURITY_ALLOW
+
+
+def test_a_competitor_question_is_refused_with_options(gate: SecurityGate) -> None:
+    verdict = gate.screen(raw_question="What is Globex revenue?", metric="REVENUE")
+    assert verdict.decision == SECURITY_REFUSE_OUT_OF_SCOPE and not verdict.allowed
+    assert verdict.external_entity == "GLOBEX"
+    assert verdict.message and "GLOBEX" in verdict.message
+    home = load_company_profile().home_company_name
+    assert any(home in option and "REVENUE" in option for option in verdict.narrowing_options)
+
+
+def test_split_reports_every_refusal(gate: SecurityGate) -> None:
+    allowed, refused = gate.split(["acme margin", "globex margin", "英尼泰克 margin"])
+    assert allowed == ["acme margin"]
+    assert [(r.text, r.external_entity) for r in refused] == [
+        ("globex margin", "GLOBEX"),
+        ("英尼泰克 margin", "INITECH"),
+    ]
+
+
+def test_custom_entities_and_bad_input() -> None:
+    gate = SecurityGate({"wayne": "WAYNE"}, "Stark")
+    assert gate.detect("Wayne figures").external_entity == "WAYNE"
+    assert SecurityGate({}, "Stark").detect("anything").external_entity is None
+    with pytest.raises(ValueError, match="home_company_name"):
+        SecurityGate({}, " ")
+    with pytest.raises(ValueError, match="non-empty"):
+        SecurityGate({"wayne": ""}, "Stark")
+    with pytest.raises(ValueError, match="string"):
+        gate.detect(None)  # type: ignore[arg-type]
+
+
+def test_the_gate_fits_the_graph_extractors_screen(gate: SecurityGate) -> None:
+    class Provider:
+        def chat(self, messages: list[dict[str, str]], **kwargs: object) -> str:
+            return '[{"source": "ACME Hong Kong", "target": "Globex", "relation": "sells_to"}]'
+
+    extractor = LLMRelationExtractor(Provider(), security_gate=gate)
+    edges = extractor.extract([{"text": "ACME Hong Kong sells to Globex.", "doc_id": "d", "sensitivity": ""}])
+    assert edges == ()
