@@ -18,6 +18,7 @@ from ragspine.retrieval.pipeline.request import RetrieveRequest
 from ragspine.retrieval.pipeline.sources import LibrarySource
 from ragspine.retrieval.pipeline.stages import SnippetPostprocessor, Stage, default_stages, prepare_state
 from ragspine.retrieval.routing.router import LibraryRouter
+from ragspine.tracing import stage_span
 
 # Given the seconds left before the request's deadline (None = none), a context within which remote
 # stages see that deadline (the gRPC front passes its own; in-process callers need none).
@@ -94,7 +95,9 @@ class RetrievalPipeline:
         with scope:
             for stage in self.stages:
                 t0 = time.perf_counter()
-                stage.run(state)
+                # One trace span per stage (a no-op unless the service configured tracing).
+                with stage_span(stage.name, libraries=len(state.sources)):
+                    stage.run(state)
                 timings[stage.name] = timings.get(stage.name, 0.0) + (time.perf_counter() - t0) * 1e3
         timings["pipeline"] = (time.perf_counter() - started) * 1e3
         return RetrieveReport(

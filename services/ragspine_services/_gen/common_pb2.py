@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18ragspine/v1/common.proto\x12\x0bragspine.v1\"\xab\x01\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x14\n\x0cinference_ms\x18\x02 \x01(\x01\x12\x10\n\x08total_ms\x18\x03 \x01(\x01\x12\x35\n\tstages_ms\x18\x04 \x03(\x0b\x32\".ragspine.v1.Timings.StagesMsEntry\x1a/\n\rStagesMsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18ragspine/v1/common.proto\x12\x0bragspine.v1\"\xab\x01\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x14\n\x0cinference_ms\x18\x02 \x01(\x01\x12\x10\n\x08total_ms\x18\x03 \x01(\x01\x12\x35\n\tstages_ms\x18\x04 \x03(\x0b\x32\".ragspine.v1.Timings.StagesMsEntry\x1a/\n\rStagesMsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"y\n\x0cModelRuntime\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x10\n\x08model_id\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x0f\n\x07runtime\x18\x05 \x01(\t\x12\x0b\n\x03\x64im\x18\x06 \x01(\x05\x12\x0c\n\x04host\x18\x07 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,4 +38,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TIMINGS']._serialized_end=213
   _globals['_TIMINGS_STAGESMSENTRY']._serialized_start=166
   _globals['_TIMINGS_STAGESMSENTRY']._serialized_end=213
+  _globals['_MODELRUNTIME']._serialized_start=215
+  _globals['_MODELRUNTIME']._serialized_end=336
 # @@protoc_insertion_point(module_scope)

@@ -75,3 +75,49 @@ class Timings(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Timings: _TypeAlias = Timings  # noqa: Y015
+
+@_typing.final
+class ModelRuntime(_message.Message):
+    """One loaded model, as Info reports it to operators."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    MODEL_ID_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    RUNTIME_FIELD_NUMBER: _builtins.int
+    DIM_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    """What the model does here: "embedding", "sparse", "reranker" or "visual"."""
+    model_id: _builtins.str
+    """The model's id (as libraries record it beside their vectors)."""
+    device: _builtins.str
+    """Where it runs ("cpu", "cuda", "cuda:0"); "" when the runtime does not say."""
+    dtype: _builtins.str
+    """Its weights' dtype ("float32", "float16", "bfloat16", "int8"); "" when the runtime does not say."""
+    runtime: _builtins.str
+    """The runtime executing it ("onnx", "torch", ...); "" when the runtime does not say."""
+    dim: _builtins.int
+    """Output dimension (embeddings, visual); 0 when not applicable or unknown."""
+    host: _builtins.str
+    """Where the model runs: "front" (in-process) or "worker"; "unreachable" when the worker did not answer."""
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        model_id: _builtins.str = ...,
+        device: _builtins.str = ...,
+        dtype: _builtins.str = ...,
+        runtime: _builtins.str = ...,
+        dim: _builtins.int = ...,
+        host: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "dim", b"dim", "dtype", b"dtype", "host", b"host", "model_id", b"model_id", "role", b"role", "runtime", b"runtime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModelRuntime: _TypeAlias = ModelRuntime  # noqa: Y015

@@ -576,6 +576,7 @@ class ModelWorkerServiceInfoResponse(_message.Message):
     VISUAL_MODEL_FIELD_NUMBER: _builtins.int
     VISUAL_DIM_FIELD_NUMBER: _builtins.int
     MAX_IMAGE_BYTES_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
     max_batch_tokens: _builtins.int
     """Most tokens (approximated as whitespace-separated words) the worker batches together."""
     max_client_batch: _builtins.int
@@ -604,6 +605,10 @@ class ModelWorkerServiceInfoResponse(_message.Message):
     def loaded_models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Models loaded so far (they load lazily on first use)."""
 
+    @_builtins.property
+    def models(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ModelRuntime]:
+        """Every model this worker has loaded: id, device, dtype, runtime, dimension."""
+
     def __init__(
         self,
         *,
@@ -620,10 +625,11 @@ class ModelWorkerServiceInfoResponse(_message.Message):
         visual_model: _builtins.str = ...,
         visual_dim: _builtins.int = ...,
         max_image_bytes: _builtins.int = ...,
+        models: _abc.Iterable[_common_pb2.ModelRuntime] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_model", b"embedding_model", "loaded_models", b"loaded_models", "max_batch_tokens", b"max_batch_tokens", "max_client_batch", b"max_client_batch", "max_concurrent", b"max_concurrent", "max_image_bytes", b"max_image_bytes", "max_input_chars", b"max_input_chars", "max_queue", b"max_queue", "reranker_model", b"reranker_model", "sparse_model", b"sparse_model", "version", b"version", "visual_dim", b"visual_dim", "visual_model", b"visual_model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_model", b"embedding_model", "loaded_models", b"loaded_models", "max_batch_tokens", b"max_batch_tokens", "max_client_batch", b"max_client_batch", "max_concurrent", b"max_concurrent", "max_image_bytes", b"max_image_bytes", "max_input_chars", b"max_input_chars", "max_queue", b"max_queue", "models", b"models", "reranker_model", b"reranker_model", "sparse_model", b"sparse_model", "version", b"version", "visual_dim", b"visual_dim", "visual_model", b"visual_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

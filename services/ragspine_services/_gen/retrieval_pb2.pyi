@@ -999,6 +999,7 @@ class RetrievalServiceInfoResponse(_message.Message):
     MAX_CONCURRENT_INGESTS_FIELD_NUMBER: _builtins.int
     MAX_STREAM_DOCUMENTS_FIELD_NUMBER: _builtins.int
     MAX_STREAM_BYTES_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """Package version."""
     max_message_bytes: _builtins.int
@@ -1041,6 +1042,10 @@ class RetrievalServiceInfoResponse(_message.Message):
     """Most documents in one IngestStream call (RAGSPINE_MAX_STREAM_DOCUMENTS)."""
     max_stream_bytes: _builtins.int
     """Most bytes of documents in one IngestStream call (RAGSPINE_MAX_STREAM_BYTES)."""
+    @_builtins.property
+    def models(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ModelRuntime]:
+        """The models answering this front's channels (in-process, or the worker's as it reports them)."""
+
     def __init__(
         self,
         *,
@@ -1064,10 +1069,11 @@ class RetrievalServiceInfoResponse(_message.Message):
         max_concurrent_ingests: _builtins.int = ...,
         max_stream_documents: _builtins.int = ...,
         max_stream_bytes: _builtins.int = ...,
+        models: _abc.Iterable[_common_pb2.ModelRuntime] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_mode", b"default_mode", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "max_concurrent_ingests", b"max_concurrent_ingests", "max_document_pages", b"max_document_pages", "max_document_pixels", b"max_document_pixels", "max_document_text_chars", b"max_document_text_chars", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_page_pixels", b"max_page_pixels", "max_query_chars", b"max_query_chars", "max_stream_bytes", b"max_stream_bytes", "max_stream_documents", b"max_stream_documents", "max_top_k", b"max_top_k", "pending_vectors", b"pending_vectors", "remote_worker", b"remote_worker", "vector_drain_concurrency", b"vector_drain_concurrency", "vectors_stored", b"vectors_stored", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_mode", b"default_mode", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "max_concurrent_ingests", b"max_concurrent_ingests", "max_document_pages", b"max_document_pages", "max_document_pixels", b"max_document_pixels", "max_document_text_chars", b"max_document_text_chars", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_page_pixels", b"max_page_pixels", "max_query_chars", b"max_query_chars", "max_stream_bytes", b"max_stream_bytes", "max_stream_documents", b"max_stream_documents", "max_top_k", b"max_top_k", "models", b"models", "pending_vectors", b"pending_vectors", "remote_worker", b"remote_worker", "vector_drain_concurrency", b"vector_drain_concurrency", "vectors_stored", b"vectors_stored", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -110,8 +110,10 @@ def start_server(
     max_workers: int = 16,
     max_concurrent_rpcs: int | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    extra_options: Sequence[tuple[str, int | str]] = (),
 ) -> RunningServer:
     """Build, bind and start a server; returns it with health NOT_SERVING. ``port=0`` picks a free port.
+    ``extra_options`` are added to the channel arguments (``grpc_options``).
 
     TLS is used when both ``tls_cert_file`` and ``tls_key_file`` are set (one without the other is a
     ``ValueError``). ``max_concurrent_rpcs`` makes gRPC answer RESOURCE_EXHAUSTED beyond that many calls.
@@ -123,7 +125,7 @@ def start_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=[gate, ServiceInterceptor(authenticator)],
-        options=grpc_options(max_message_bytes),
+        options=[*grpc_options(max_message_bytes), *extra_options],
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
     add_servicers(server)

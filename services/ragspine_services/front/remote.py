@@ -16,6 +16,7 @@ as the worker answers in time. A call that would have to queue past its budget f
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -49,14 +50,29 @@ class _WorkerHung(Exception):
     """Internal: a call was abandoned because the worker stopped answering health checks."""
 
 
-def worker_channel_options() -> list[tuple[str, int]]:
+# Balance calls over every address the worker name resolves to (a headless Kubernetes Service gives one
+# per ready worker pod) and leave out an address whose health service does not answer SERVING.
+WORKER_SERVICE_CONFIG = json.dumps(
+    {
+        "loadBalancingConfig": [{"round_robin": {}}],
+        "healthCheckConfig": {"serviceName": "ragspine.v1.ModelWorkerService"},
+    }
+)
+
+
+def worker_channel_options() -> list[tuple[str, int | str]]:
     """``grpc_options`` plus short reconnect backoff, so a restarted worker is reached again within ~0.5 s
-    (gRPC's default backoff grows to minutes and kept answers degraded long after a restart)."""
+    (gRPC's default backoff grows to minutes and kept answers degraded long after a restart), and
+    client-side round robin over every resolved worker with per-worker health checks. The name is
+    resolved again whenever a connection drops; workers age their connections
+    (``WORKER_MAX_CONNECTION_AGE_MS``) so that new worker pods are picked up without a front restart."""
     return [
         *grpc_options(),
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 500),
+        ("grpc.service_config", WORKER_SERVICE_CONFIG),
+        ("grpc.dns_min_time_between_resolutions_ms", 1000),
     ]
 
 

@@ -21,6 +21,7 @@ import grpc
 
 import ragspine
 from ragspine.ingest.limits import IngestLimits, LimitExceededError
+from ragspine.models.describe import describe_model
 from ragspine.retrieval.chunking.factory import make_chunker
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.expansion import normalize_expansion
@@ -49,6 +50,7 @@ from ragspine_services.common.errors import (
     OverloadedError,
     RequestTooLargeError,
 )
+from ragspine_services.common.model_info import runtime_message
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine_services.front import convert
 from ragspine_services.front.filter_report import filter_report
@@ -456,8 +458,33 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             max_concurrent_ingests=lim.max_concurrent_ingests,
             max_stream_documents=lim.max_stream_documents,
             max_stream_bytes=lim.max_stream_bytes,
+            models=self._models(),
             **self._vector_info(),
         )
+
+    def _models(self) -> list[common_pb2.ModelRuntime]:
+        """The models behind the channels: described in-process, or as the worker reports them."""
+        catalog = self.catalog
+        components = {
+            "embedding": catalog.embedding_backend,
+            "sparse": catalog.sparse_encoder,
+            "reranker": catalog.reranker,
+            "visual": catalog.visual_encoder,
+        }
+        local = [
+            runtime_message(describe_model(role, c), host="front")
+            for role, c in components.items()
+            if c is not None and getattr(c, "client", None) is None
+        ]
+        client = next((c.client for c in components.values() if getattr(c, "client", None) is not None), None)
+        if client is None:
+            return local
+        try:
+            return [*local, *client.info().models]
+        except BackendUnavailableError:
+            # Info still answers while the worker is away; the roles it serves are named, marked so.
+            remote = [role for role, c in components.items() if getattr(c, "client", None) is not None]
+            return [*local, *(common_pb2.ModelRuntime(role=r, host="unreachable") for r in remote)]
 
     def _vector_info(self) -> dict[str, Any]:
         caller = current_caller()

@@ -84,6 +84,11 @@ class ModelRegistry:
         self._loaded: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
+    def loaded_models(self) -> list[tuple[str, Any]]:
+        """``(kind, model)`` of every model loaded so far, sorted by kind then spec."""
+        with self._lock:
+            return [(kind, self._loaded[(kind, spec)]) for kind, spec in sorted(self._loaded)]
+
     @property
     def loaded(self) -> list[str]:
         """``"kind:spec"`` of every model loaded so far, sorted."""

@@ -14,6 +14,10 @@ from ragspine_services.worker.models import ModelFactories, ModelRegistry
 from ragspine_services.worker.servicer import ModelWorkerServicer, WorkerLimits
 
 SERVICE_NAME = "ragspine.v1.ModelWorkerService"
+# Connections are closed (gracefully: calls in flight finish) after this long, so each front resolves the
+# worker name again and spreads over worker pods that started since it connected.
+WORKER_MAX_CONNECTION_AGE_MS = 60_000
+WORKER_MAX_CONNECTION_AGE_GRACE_MS = 30_000
 _LOG = logging.getLogger("ragspine_services.worker")
 
 
@@ -57,6 +61,10 @@ def start_worker(
         tls_key_file=tls_key_file,
         max_workers=slots,
         max_concurrent_rpcs=slots,
+        extra_options=[
+            ("grpc.max_connection_age_ms", WORKER_MAX_CONNECTION_AGE_MS),
+            ("grpc.max_connection_age_grace_ms", WORKER_MAX_CONNECTION_AGE_GRACE_MS),
+        ],
     )
     if warm_up:
         registry.warm_up()

@@ -11,8 +11,10 @@ from typing import Any
 import grpc
 
 import ragspine
+from ragspine.models.describe import describe_model
 from ragspine_services._gen import common_pb2, model_worker_pb2, model_worker_pb2_grpc
 from ragspine_services.common.errors import RequestTooLargeError
+from ragspine_services.common.model_info import runtime_message
 from ragspine_services.worker.batcher import BatchOutcome, DynamicBatcher
 from ragspine_services.worker.models import ModelRegistry
 from ragspine_services.worker.visual import (
@@ -220,6 +222,10 @@ class ModelWorkerServicer(model_worker_pb2_grpc.ModelWorkerServiceServicer):
             loaded_models=self.registry.loaded,
             version=ragspine.__version__,
             max_image_bytes=lim.max_image_bytes,
+            models=[
+                runtime_message(describe_model(kind, model), host="worker")
+                for kind, model in self.registry.loaded_models()
+            ],
             **self._visual_info(),
         )
 
