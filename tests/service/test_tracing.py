@@ -129,8 +129,7 @@ def test_one_retrieve_is_one_trace_across_front_and_worker(
                 return False
             trace = retrieve[-1]["trace"]
             return any(
-                s["service"] == "ragspine-worker" and s["trace"] == trace and "ModelWorkerService" in s["name"]
-                for s in spans
+                s["service"] == "ragspine-worker" and s["trace"] == trace and "Worker" in s["name"] for s in spans
             )
 
         spans = _wait_for(sink, complete)
