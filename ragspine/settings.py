@@ -91,6 +91,12 @@ class Settings:
     filter_extractor: str = "none"
     library_router: str = "none"
     vector_store: str = "memory"
+    # Where the narrative index lives: memory (in each front) | qdrant (an external Qdrant, fronts stateless).
+    index_backend: str = "memory"
+    qdrant_url: str = ":memory:"  # :memory: | a folder (local mode) | http(s)://host:port
+    qdrant_api_key: str = ""
+    qdrant_collection_prefix: str = "ragspine_"
+    qdrant_timeout_s: float = 5.0
     glossary_path: str = ""
     device: str = "auto"
     visual_embedder: str = "none"

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ragspine.common.sensitivity import (
     RESTRICTED,
@@ -91,6 +91,7 @@ class NarrativeIndex:
         embedding_cache: MutableMapping[str, list[float]] | None = None,
         sparse_encoder: SparseEncoder | None = None,
         sensitivity_policy: SensitivityPolicy | None = None,
+        retriever_factory: Callable[..., Any] | None = None,
     ) -> None:
         if persistence_policy not in (None, "memory"):
             raise ValueError(
@@ -114,7 +115,9 @@ class NarrativeIndex:
         self._doc_chunks: dict[str, list[str]] = {}
         self._seq = store.change_seq()
         chunks = store.iter_chunks()
-        self.retriever = HybridRetriever(
+        # ``retriever_factory`` builds another index with HybridRetriever's interface (the Qdrant backend).
+        make_retriever = HybridRetriever if retriever_factory is None else retriever_factory
+        self.retriever: HybridRetriever = make_retriever(
             chunks,
             embedding_backend=embedding_backend,
             query_rewriter=query_rewriter,
