@@ -9,12 +9,12 @@ import pytest
 
 pytest.importorskip("qdrant_client")
 
-from qdrant_client import QdrantClient  # noqa: E402
+from qdrant_client import QdrantClient
 
-from ragspine.retrieval.chunking.chunking import chunk_document  # noqa: E402
-from ragspine.retrieval.chunking.types import Chunk  # noqa: E402
-from ragspine.retrieval.qdrant import QdrantConfig, QdrantRetriever  # noqa: E402
-from tests.conformance.corpus import make_documents  # noqa: E402
+from ragspine.retrieval.chunking.chunking import chunk_document
+from ragspine.retrieval.chunking.types import Chunk
+from ragspine.retrieval.qdrant import QdrantConfig, QdrantRetriever
+from tests.conformance.corpus import make_documents
 
 
 @pytest.fixture

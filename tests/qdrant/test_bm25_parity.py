@@ -14,7 +14,16 @@ from ragspine.retrieval.lexical.hybrid import HybridRetriever
 from ragspine.retrieval.qdrant.bm25_vectors import document_weights, query_weights, term_index
 from tests.qdrant.conftest import qdrant
 
-WORDS = [f"w{i}" for i in range(80)] + ["营收", "下滑", "毛利率", "供应商", "芯片", "需求", "battery", "churn"]
+WORDS = [f"w{i}" for i in range(80)] + [
+    "营收",
+    "下滑",
+    "毛利率",
+    "供应商",
+    "芯片",
+    "需求",
+    "battery",
+    "churn",
+]
 
 
 def _corpus(rng: random.Random, n: int) -> list[Chunk]:

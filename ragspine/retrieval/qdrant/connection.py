@@ -58,7 +58,10 @@ def open_client(config: QdrantConfig) -> Any:
     if not config.is_remote:
         return QdrantClient(path=config.url)
     client = QdrantClient(
-        url=config.url, api_key=config.api_key or None, timeout=max(1, int(config.timeout_s))
+        url=config.url,
+        api_key=config.api_key or None,
+        timeout=max(1, int(config.timeout_s)),
+        check_compatibility=False,
     )
     try:
         client.get_collections()

@@ -85,6 +85,12 @@ class QdrantRetriever:
     construction are reconciled into the collection: upserted, and any live point of a chunk not among
     them hidden and deleted. Errors talking to Qdrant raise ``IndexUnavailableError`` (writes, and the
     BM25 channel of a search); a failing dense or SPLADE channel degrades the search and is reported.
+
+    The stored BM25 weights use a reference mean length: the mean over ``chunks`` (or the first write)
+    unless pinned by ``avgdl``. The live mean is tracked in the meta collection; when it drifts from the
+    reference by more than ``reweigh_drift`` (relative), every point's BM25 weights are recomputed
+    (``reweigh``), and ``warm()`` recomputes them whenever the two differ at all. A pinned ``avgdl``
+    never moves.
     """
 
     def __init__(
@@ -102,8 +108,16 @@ class QdrantRetriever:
         rrf_k: int = DEFAULT_RRF_K,
         top_k: int = DEFAULT_TOP_K,
         index_text_fn: IndexTextFn | None = None,
+        avgdl: float | None = None,
+        reweigh_drift: float = 0.1,
     ) -> None:
         validate_bm25_params(k1, b)
+        if avgdl is not None and not (isinstance(avgdl, int | float) and math.isfinite(avgdl) and avgdl > 0):
+            raise ValueError(f"avgdl must be a finite number > 0, got {avgdl!r}")
+        if not (isinstance(reweigh_drift, int | float) and reweigh_drift >= 0):
+            raise ValueError(f"reweigh_drift must be a number >= 0, got {reweigh_drift!r}")
+        self._initial_avgdl = avgdl
+        self.reweigh_drift = float(reweigh_drift)
         if rrf_k <= 0:
             raise ValueError(f"rrf_k must be positive, got {rrf_k!r}")
         self.top_k = validate_top_k(top_k)
@@ -192,8 +206,11 @@ class QdrantRetriever:
             )
         lengths = [len(tokenize(self.index_text(c))) for c in chunks if not is_restricted(c.sensitivity)]
         avgdl = (sum(lengths) / len(lengths)) if lengths and sum(lengths) else 0.0
+        if self._initial_avgdl is not None:
+            avgdl = float(self._initial_avgdl)
         self._write_meta(
             {"schema": SCHEMA_VERSION, "dense": size, "k1": self.k1, "b": self.b, "avgdl": avgdl}
+            | {"total_dl": 0, "n": 0}
         )
 
     def _meta(self) -> dict[str, Any]:
@@ -286,6 +303,7 @@ class QdrantRetriever:
             must=[models.FieldCondition(key="chunk_id", match=models.MatchAny(any=touched))],
             must_not=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))],
         )
+        was_live = self._lengths(models.Filter(must=[self._live(), older]))
         self._call("hide", self.client.set_payload, self.collection, {LIVE: False}, points=older, wait=True)
         self._step("hid old")
         if batch:
@@ -294,6 +312,77 @@ class QdrantRetriever:
         self._step("showed new")
         self._call("delete", self.client.delete, self.collection, points_selector=older, wait=True)
         self._step("deleted old")
+        added = [len(tokenize(self.index_text(c))) for c in batch]
+        meta = self._meta()
+        meta["total_dl"] = int(meta.get("total_dl", 0)) + sum(added) - sum(was_live)
+        meta["n"] = int(meta.get("n", 0)) + len(added) - len(was_live)
+        self._write_meta(meta)
+        if self._initial_avgdl is None and self._drift(meta) > self.reweigh_drift:
+            self._reweigh(meta)
+
+    def _lengths(self, flt: models.Filter) -> list[int]:
+        """The token counts (``rs_dl``) of the points matching ``flt``."""
+        out: list[int] = []
+        offset = None
+        while True:
+            points, offset = self._call(
+                "scroll",
+                self.client.scroll,
+                self.collection,
+                scroll_filter=flt,
+                limit=1024,
+                offset=offset,
+                with_payload=[DOCLEN],
+                with_vectors=False,
+            )
+            out.extend(int((p.payload or {}).get(DOCLEN, 0)) for p in points)
+            if offset is None:
+                return out
+
+    @staticmethod
+    def _drift(meta: Mapping[str, Any]) -> float:
+        """Relative distance between the live mean length and the reference the weights were built with."""
+        n, ref = int(meta.get("n", 0)), float(meta.get("avgdl") or 0.0)
+        if n <= 0 or ref <= 0:
+            return 0.0
+        return abs(int(meta.get("total_dl", 0)) / n / ref - 1.0)
+
+    def reweigh(self) -> int:
+        """Recompute every point's BM25 weights with the live mean length; returns the points rewritten."""
+        with self._write_lock:
+            return self._reweigh(self._meta())
+
+    def _reweigh(self, meta: dict[str, Any]) -> int:
+        n = int(meta.get("n", 0))
+        if n <= 0:
+            return 0
+        avgdl = int(meta.get("total_dl", 0)) / n or 1.0
+        rewritten = 0
+        offset = None
+        while True:
+            points, offset = self._call(
+                "scroll",
+                self.client.scroll,
+                self.collection,
+                limit=512,
+                offset=offset,
+                with_payload=True,
+                with_vectors=False,
+            )
+            updates = []
+            for p in points:
+                tokens = tokenize(self.index_text(chunk_from_payload(p.payload or {})))
+                indices, values = document_weights(tokens, k1=self.k1, b=self.b, avgdl=avgdl)
+                if indices:
+                    vector: dict[str, Any] = {"bm25": models.SparseVector(indices=indices, values=values)}
+                    updates.append(models.PointVectors(id=p.id, vector=vector))
+            if updates:
+                self._call("reweigh", self.client.update_vectors, self.collection, updates, wait=True)
+                rewritten += len(updates)
+            if offset is None:
+                break
+        self._write_meta({**meta, "avgdl": avgdl})
+        return rewritten
 
     def add_chunks(self, chunks: Iterable[Chunk]) -> int:
         """Index ``chunks`` (replacing any with the same chunk_id); RESTRICTED ones are skipped."""
@@ -363,7 +452,11 @@ class QdrantRetriever:
         return sorted({str(p["chunk_id"]) for p in self.scroll_payloads()})
 
     def warm(self) -> None:
-        """Nothing to warm: vectors are computed when chunks are written."""
+        """Bring the BM25 weights to the exact live mean length (vectors are computed at write time)."""
+        with self._write_lock:
+            meta = self._meta()
+            if self._initial_avgdl is None and self._drift(meta) > 0:
+                self._reweigh(meta)
 
     # ------------------------------------------------------------------ search
     def search(self, query: str, **kwargs: Any) -> list[RetrievalResult]:
