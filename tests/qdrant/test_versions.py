@@ -51,7 +51,7 @@ class _NaiveQdrant(QdrantRetriever):
 
     def _apply(self, remove: list[str], batch: list[Chunk]) -> None:
         gen = self._next_gen()
-        points = self._points(batch, gen)
+        points = self._points(batch, gen, self.avgdl or 1.0)
         for p in points:
             assert isinstance(p.payload, dict)
             p.payload[LIVE] = True

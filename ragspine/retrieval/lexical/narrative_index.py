@@ -209,9 +209,14 @@ class NarrativeIndex:
             by_doc: dict[str, list[Chunk]] = {d: [] for d in doc_ids}
             for c in fresh:
                 by_doc.setdefault(c.doc_id, []).append(c)
+            replace_many = getattr(self.retriever, "replace_many", None)
+            if replace_many is not None:  # an external index applies the whole change set in one pass
+                replace_many([(self._doc_chunks.get(d, []), by_doc[d]) for d in doc_ids])
             for doc_id in doc_ids:
                 # One step per document: a concurrent search sees the old or the new version, never both.
-                self.retriever.replace_chunks(self._doc_chunks.pop(doc_id, []), by_doc[doc_id])
+                old_ids = self._doc_chunks.pop(doc_id, [])
+                if replace_many is None:
+                    self.retriever.replace_chunks(old_ids, by_doc[doc_id])
                 if by_doc[doc_id]:
                     self._doc_chunks[doc_id] = [c.chunk_id for c in by_doc[doc_id]]
             self._seq = latest

@@ -236,14 +236,9 @@ class QdrantRetriever:
         if self.after_step is not None:
             self.after_step(name)
 
-    def _points(self, batch: list[Chunk], gen: int) -> list[models.PointStruct]:
+    def _points(self, batch: list[Chunk], gen: int, avgdl: float) -> list[models.PointStruct]:
         texts = [self.index_text(c) for c in batch]
         token_lists = [tokenize(t) for t in texts]
-        avgdl = self.avgdl
-        if avgdl <= 0:  # first non-empty write fixes the reference length
-            total = sum(len(t) for t in token_lists)
-            avgdl = total / len(token_lists) if total else 1.0
-            self._write_meta({**self._meta(), "avgdl": avgdl})
         dense: list[list[float]] | None = None
         if self.embedding_backend is not None:
             dense = self.embedding_backend.embed_texts(texts)
@@ -279,50 +274,72 @@ class QdrantRetriever:
 
     def replace_chunks(self, remove_ids: Iterable[str], chunks: Iterable[Chunk]) -> None:
         """Remove ``remove_ids`` and index ``chunks`` so that no search sees a mix of the two versions."""
+        self.replace_many([(remove_ids, chunks)])
+
+    def replace_many(self, changes: Iterable[tuple[Iterable[str], Iterable[Chunk]]]) -> None:
+        """Apply many ``(remove_ids, chunks)`` replacements (one per document) in one run of the protocol:
+        the same guarantee as ``replace_chunks`` for each, at the cost of one pass for all."""
+        remove: list[str] = []
         batch: list[Chunk] = []
-        for chunk in chunks:
-            if not isinstance(chunk, Chunk):
-                raise ValueError(f"expected Chunk objects, got {type(chunk).__name__}")
-            if not is_restricted(chunk.sensitivity):
-                batch.append(chunk)
-        remove = list(dict.fromkeys(remove_ids))
+        for remove_ids, chunks in changes:
+            remove.extend(remove_ids)
+            for chunk in chunks:
+                if not isinstance(chunk, Chunk):
+                    raise ValueError(f"expected Chunk objects, got {type(chunk).__name__}")
+                if not is_restricted(chunk.sensitivity):
+                    batch.append(chunk)
         with self._write_lock:
-            self._apply(remove, batch)
+            self._apply(list(dict.fromkeys(remove)), batch)
 
     def _apply(self, remove: list[str], batch: list[Chunk]) -> None:
         touched = list(dict.fromkeys([*remove, *(c.chunk_id for c in batch)]))
         if not touched:
             return
         gen = self._next_gen()
-        if batch:
-            for lo in range(0, len(batch), 256):
-                points = self._points(batch[lo : lo + 256], gen)
-                self._call("upsert", self.client.upsert, self.collection, points, wait=True)
-        self._step("upserted hidden")
-        older = models.Filter(
-            must=[models.FieldCondition(key="chunk_id", match=models.MatchAny(any=touched))],
-            must_not=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))],
-        )
-        was_live = self._lengths(models.Filter(must=[self._live(), older]))
-        self._call("hide", self.client.set_payload, self.collection, {LIVE: False}, points=older, wait=True)
-        self._step("hid old")
-        if batch:
-            this = models.Filter(must=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))])
-            self._call("show", self.client.set_payload, self.collection, {LIVE: True}, points=this, wait=True)
-        self._step("showed new")
-        self._call("delete", self.client.delete, self.collection, points_selector=older, wait=True)
-        self._step("deleted old")
-        added = [len(tokenize(self.index_text(c))) for c in batch]
         meta = self._meta()
-        meta["total_dl"] = int(meta.get("total_dl", 0)) + sum(added) - sum(was_live)
-        meta["n"] = int(meta.get("n", 0)) + len(added) - len(was_live)
+        if float(meta.get("avgdl") or 0.0) <= 0 and batch:  # the first write fixes the reference length
+            total = sum(len(tokenize(self.index_text(c))) for c in batch)
+            meta["avgdl"] = total / len(batch) if total else 1.0
+            self._write_meta(meta)
+        new_ids: list[str] = []
+        added_dl = 0
+        for lo in range(0, len(batch), 256):
+            points = self._points(batch[lo : lo + 256], gen, float(meta["avgdl"]))
+            self._call("upsert", self.client.upsert, self.collection, points, wait=True)
+            new_ids.extend(str(p.id) for p in points)
+            added_dl += sum(int((p.payload or {})[DOCLEN]) for p in points)
+        self._step("upserted hidden")
+        old = self._older_points(touched, gen)
+        old_ids = [pid for pid, _, _ in old]
+        if old_ids:
+            self._call(
+                "hide", self.client.set_payload, self.collection, {LIVE: False}, points=old_ids, wait=True
+            )
+        self._step("hid old")
+        if new_ids:
+            self._call(
+                "show", self.client.set_payload, self.collection, {LIVE: True}, points=new_ids, wait=True
+            )
+        self._step("showed new")
+        if old_ids:
+            selector = models.PointIdsList(points=list(old_ids))
+            self._call("delete", self.client.delete, self.collection, points_selector=selector, wait=True)
+        self._step("deleted old")
+        was_live = [dl for _, live, dl in old if live]
+        meta = self._meta()
+        meta["total_dl"] = int(meta.get("total_dl", 0)) + added_dl - sum(was_live)
+        meta["n"] = int(meta.get("n", 0)) + len(new_ids) - len(was_live)
         self._write_meta(meta)
         if self._initial_avgdl is None and self._drift(meta) > self.reweigh_drift:
             self._reweigh(meta)
 
-    def _lengths(self, flt: models.Filter) -> list[int]:
-        """The token counts (``rs_dl``) of the points matching ``flt``."""
-        out: list[int] = []
+    def _older_points(self, chunk_ids: list[str], gen: int) -> list[tuple[Any, bool, int]]:
+        """(point id, live, token count) of every point of ``chunk_ids`` from a write other than ``gen``."""
+        flt = models.Filter(
+            must=[models.FieldCondition(key="chunk_id", match=models.MatchAny(any=chunk_ids))],
+            must_not=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))],
+        )
+        out: list[tuple[Any, bool, int]] = []
         offset = None
         while True:
             points, offset = self._call(
@@ -332,10 +349,12 @@ class QdrantRetriever:
                 scroll_filter=flt,
                 limit=1024,
                 offset=offset,
-                with_payload=[DOCLEN],
+                with_payload=[DOCLEN, LIVE],
                 with_vectors=False,
             )
-            out.extend(int((p.payload or {}).get(DOCLEN, 0)) for p in points)
+            for p in points:
+                payload = p.payload or {}
+                out.append((p.id, bool(payload.get(LIVE)), int(payload.get(DOCLEN, 0))))
             if offset is None:
                 return out
 
