@@ -86,6 +86,8 @@ class QdrantRetriever:
     them hidden and deleted. Errors talking to Qdrant raise ``IndexUnavailableError`` (writes, and the
     BM25 channel of a search); a failing dense or SPLADE channel degrades the search and is reported.
 
+    ``reconcile=False`` leaves the collection as it is (``rebuild`` then replaces its whole content).
+
     The stored BM25 weights use a reference mean length: the mean over ``chunks`` (or the first write)
     unless pinned by ``avgdl``. The live mean is tracked in the meta collection; when it drifts from the
     reference by more than ``reweigh_drift`` (relative), every point's BM25 weights are recomputed
@@ -110,6 +112,7 @@ class QdrantRetriever:
         index_text_fn: IndexTextFn | None = None,
         avgdl: float | None = None,
         reweigh_drift: float = 0.1,
+        reconcile: bool = True,
     ) -> None:
         validate_bm25_params(k1, b)
         if avgdl is not None and not (isinstance(avgdl, int | float) and math.isfinite(avgdl) and avgdl > 0):
@@ -140,7 +143,8 @@ class QdrantRetriever:
         self.after_step: Callable[[str], None] | None = None  # observation hook between protocol steps
         chunks = list(chunks)
         self._ensure_collections(chunks, size)
-        self._reconcile(chunks)
+        if reconcile:
+            self._reconcile(chunks)
 
     # ------------------------------------------------------------------ qdrant calls
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -332,6 +336,44 @@ class QdrantRetriever:
         self._write_meta(meta)
         if self._initial_avgdl is None and self._drift(meta) > self.reweigh_drift:
             self._reweigh(meta)
+
+    def rebuild(self, chunks: Iterable[Chunk], *, progress: Callable[[int], None] | None = None) -> int:
+        """Replace the whole collection's content with ``chunks`` (the store of record's active chunks):
+        the new points are written hidden, then every other point is hidden, the new ones shown and the
+        old ones deleted, so queries see the old index until the switch. BM25 weights use the exact mean
+        length of ``chunks``. ``progress`` is called with the number of chunks written after each batch.
+        Returns the number of chunks indexed (RESTRICTED ones are skipped)."""
+        batch = []
+        for chunk in chunks:
+            if not isinstance(chunk, Chunk):
+                raise ValueError(f"expected Chunk objects, got {type(chunk).__name__}")
+            if not is_restricted(chunk.sensitivity):
+                batch.append(chunk)
+        with self._write_lock:
+            gen = self._next_gen()
+            lengths = [len(tokenize(self.index_text(c))) for c in batch]
+            avgdl = (sum(lengths) / len(lengths) if sum(lengths) else 1.0) if lengths else 0.0
+            if self._initial_avgdl is not None:
+                avgdl = float(self._initial_avgdl)
+            self._write_meta({**self._meta(), "avgdl": avgdl, "total_dl": sum(lengths), "n": len(batch)})
+            for lo in range(0, len(batch), 256):
+                points = self._points(batch[lo : lo + 256], gen, avgdl or 1.0)
+                self._call("upsert", self.client.upsert, self.collection, points, wait=True)
+                if progress is not None:
+                    progress(len(points))
+            other = models.Filter(
+                must_not=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))]
+            )
+            this = models.Filter(must=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))])
+            self._call(
+                "hide", self.client.set_payload, self.collection, {LIVE: False}, points=other, wait=True
+            )
+            self._step("hid old")
+            self._call("show", self.client.set_payload, self.collection, {LIVE: True}, points=this, wait=True)
+            self._step("showed new")
+            self._call("delete", self.client.delete, self.collection, points_selector=other, wait=True)
+            self._step("deleted old")
+        return len(batch)
 
     def _older_points(self, chunk_ids: list[str], gen: int) -> list[tuple[Any, bool, int]]:
         """(point id, live, token count) of every point of ``chunk_ids`` from a write other than ``gen``."""
