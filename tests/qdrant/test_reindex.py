@@ -26,7 +26,10 @@ def _store(path: Path, n: int = 20) -> ChunkStore:
 
 def test_reindex_replaces_stale_content_and_reports_progress(tmp_path: Path) -> None:
     settings = Settings(
-        index_backend="qdrant", qdrant_url=str(tmp_path / "q"), qdrant_collection_prefix="t1_"
+        index_backend="qdrant",
+        qdrant_url=str(tmp_path / "q"),
+        qdrant_collection_prefix="t1_",
+        retrieval_mode="bm25",
     )
     with _store(tmp_path / "s.db") as store:
         client = shared_client(qdrant_config(settings))
@@ -69,7 +72,10 @@ def test_reindex_cli(
 
 def test_recreate_migrates_a_collection_built_with_other_parameters(tmp_path: Path) -> None:
     settings = Settings(
-        index_backend="qdrant", qdrant_url=str(tmp_path / "q"), qdrant_collection_prefix="t3_"
+        index_backend="qdrant",
+        qdrant_url=str(tmp_path / "q"),
+        qdrant_collection_prefix="t3_",
+        retrieval_mode="bm25",
     )
     config = qdrant_config(settings)
     client = shared_client(config)
