@@ -145,6 +145,9 @@ def footprint(data: Path, embedding: str) -> dict[str, float]:
 _RSS_CHILD = """
 import json, random, resource, sys, tracemalloc
 from ragspine.retrieval.chunking.types import Chunk
+from ragspine.retrieval.lexical.hybrid import HybridRetriever
+from qdrant_client import QdrantClient
+from ragspine.retrieval.qdrant import QdrantConfig, QdrantRetriever
 backend, n = sys.argv[1], int(sys.argv[2])
 rng = random.Random(7)
 words = [f"w{i}" for i in range(20000)]
@@ -153,34 +156,29 @@ def chunks():
         text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 120)))
         yield Chunk(chunk_id=f"d{i}#c0", doc_id=f"d{i}", seq=0, text=text, source_locator="x", para_start=1,
                     para_end=1)
-tracemalloc.start(40)
 if backend == "memory":
-    from ragspine.retrieval.lexical.hybrid import HybridRetriever
     index = HybridRetriever([])
-    batch = []
-    for c in chunks():
-        batch.append(c)
-        if len(batch) == 2000:
-            index.add_chunks(batch); batch = []
-    index.add_chunks(batch)
 else:
-    from qdrant_client import QdrantClient
-    from ragspine.retrieval.qdrant import QdrantConfig, QdrantRetriever
     index = QdrantRetriever([], client=QdrantClient(location=":memory:"), config=QdrantConfig())
-    batch = []
-    for c in chunks():
-        batch.append(c)
-        if len(batch) == 2000:
-            index.add_chunks(batch); batch = []
-    index.add_chunks(batch)
 index.search("w1 w2 w3", top_k=10)
-snap = tracemalloc.take_snapshot()
-stats = snap.statistics("traceback")
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+tracemalloc.start(12)
+batch = []
+for c in chunks():
+    batch.append(c)
+    if len(batch) == 2000:
+        index.add_chunks(batch)
+        batch = []
+index.add_chunks(batch)
+del batch
+index.search("w1 w2 w3", top_k=10)
+stats = tracemalloc.take_snapshot().statistics("traceback")
 total = sum(s.size for s in stats)
 # Allocations made inside the embedded engine (any frame in qdrant_client) live on the Qdrant server in a
 # real deployment; the rest is what the front itself holds.
 engine = sum(s.size for s in stats if any("qdrant_client" in f.filename for f in s.traceback))
 print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_growth_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss0,
                   "traced_mb": total / 2**20, "front_mb": (total - engine) / 2**20}))
 """
 
@@ -250,7 +248,8 @@ def main() -> int:
         print(f"{key:45} {value:8.0f}")
     for row in figures.get("rss", []):
         print(
-            f"rss {row['backend']:6} {row['chunks']:>7} chunks  peak {row['peak_rss_mb']:7.1f} MB  traced "
+            f"rss {row['backend']:6} {row['chunks']:>7} chunks  peak {row['peak_rss_mb']:7.1f} MB  "
+            f"growth {row['rss_growth_mb']:7.1f} MB  traced "
             f"{row['traced_mb']:7.1f} MB  front-held {row['front_mb']:7.1f} MB  "
             f"build {row['build_chunks_per_s']:6.0f}/s"
         )

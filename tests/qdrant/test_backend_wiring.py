@@ -177,3 +177,12 @@ def test_collection_built_with_other_parameters_asks_for_reindex(tmp_path: Path)
     reopened = QdrantRetriever(corpus_chunks(5), client=client, config=QdrantConfig(url=str(tmp_path / "q")))
     assert len(reopened) == len(corpus_chunks(5))
     client.close()
+
+
+def test_the_front_maps_an_index_outage_to_unavailable() -> None:
+    grpc = pytest.importorskip("grpc")
+    from ragspine_services.common.errors import status_for
+
+    code, message = status_for(IndexUnavailableError("Qdrant at http://q:6333 failed during bm25 search"))
+    assert code == grpc.StatusCode.UNAVAILABLE and "retry" in message and "q:6333" not in message
+    assert status_for(RuntimeError("other"))[0] == grpc.StatusCode.INTERNAL
