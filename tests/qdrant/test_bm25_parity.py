@@ -112,3 +112,31 @@ def test_bad_parameters_raise() -> None:
         document_weights(["a"], k1=-1, b=0.5, avgdl=1.0)
     with pytest.raises(ValueError, match="avgdl"):
         document_weights(["a"], k1=1.2, b=0.5, avgdl=0.0)
+
+
+def test_length_drift_is_reweighed(client: Any) -> None:
+    rng = random.Random(5)
+    short = [c for c in _corpus(rng, 120) if len(c.text.split()) < 20][:40]
+    long = [c for c in _corpus(random.Random(6), 200) if len(c.text.split()) > 45][:40]
+    long = [Chunk(**{**c.__dict__, "chunk_id": f"L{c.chunk_id}", "doc_id": f"L{c.doc_id}"}) for c in long]
+    remote = qdrant(short, client, reweigh_drift=1e9)  # never on its own: warm() must do it
+    remote.add_chunks(long)
+    local = HybridRetriever(short + long)
+    queries = ["w1 w2 w3", "w10 w20", "营收 芯片 w5"]
+
+    def problems() -> list[str]:
+        out = []
+        for q in queries:
+            want = [(r.chunk.chunk_id, r.bm25_score) for r in local.search(q, top_k=15)]
+            got = [(r.chunk.chunk_id, r.bm25_score) for r in remote.search(q, top_k=15)]
+            if not _same_ranking(want, got):
+                out.append(q)
+        return out
+
+    assert problems(), "the mean length moved: weights built with the old reference must differ"
+    remote.warm()
+    assert problems() == []
+    from ragspine.retrieval.lexical.tokenizer import tokenize
+
+    everything = short + long
+    assert abs(remote.avgdl - sum(len(tokenize(c.text)) for c in everything) / len(everything)) < 1e-9
