@@ -53,6 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"ragspine {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        if type(exc).__name__ != "IndexUnavailableError":  # the external index is down: say so, no traceback
+            raise
+        print(f"ragspine {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -186,3 +186,29 @@ def test_the_front_maps_an_index_outage_to_unavailable() -> None:
     code, message = status_for(IndexUnavailableError("Qdrant at http://q:6333 failed during bm25 search"))
     assert code == grpc.StatusCode.UNAVAILABLE and "retry" in message and "q:6333" not in message
     assert status_for(RuntimeError("other"))[0] == grpc.StatusCode.INTERNAL
+
+
+def test_eval_against_an_unreachable_qdrant_fails_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from ragspine.cli import main
+
+    data = tmp_path / "beir"
+    data.mkdir()
+    (data / "corpus.jsonl").write_text(
+        json.dumps({"_id": "d1", "title": "t", "text": "revenue decline"}) + "\n"
+    )
+    (data / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "revenue"}) + "\n")
+    (data / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    url = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("RAGSPINE_INDEX_BACKEND", "qdrant")
+    monkeypatch.setenv("RAGSPINE_QDRANT_URL", url)
+    monkeypatch.setenv("RAGSPINE_QDRANT_TIMEOUT_S", "1")
+    assert main(["eval", str(data), "--mode", "bm25", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "unreachable" in err and url in err and "Traceback" not in err
+    # The same command with the in-process index works: the failure above is the backend, not the data.
+    monkeypatch.setenv("RAGSPINE_INDEX_BACKEND", "memory")
+    assert main(["eval", str(data), "--mode", "bm25", "--no-progress"]) == 0
