@@ -25,6 +25,7 @@ front that ingests, or the re-index job).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -136,8 +137,8 @@ class QdrantRetriever:
         self.sparse_encoder = sparse_encoder
         self.k1, self.b, self.rrf_k = float(k1), float(b), rrf_k
         self.index_text_fn = index_text_fn
-        # Local mode is not thread-safe; a server is, so this lock only serialises single calls.
-        self._call_lock = threading.RLock()
+        # Local mode is not thread-safe: its calls are serialised one at a time; a server needs no lock.
+        self._call_lock: Any = contextlib.nullcontext() if config.is_remote else threading.RLock()
         self._write_lock = threading.Lock()
         self._gen = time.time_ns()
         self.after_step: Callable[[str], None] | None = None  # observation hook between protocol steps
