@@ -8,6 +8,7 @@ builds a ``QdrantRetriever`` on the library's own collection. An unreachable Qdr
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -40,6 +41,18 @@ def qdrant_config(settings: Settings) -> Any:
         collection_prefix=settings.qdrant_collection_prefix,
         timeout_s=settings.qdrant_timeout_s,
     )
+
+
+def close_clients() -> None:
+    """Close every shared client (registered to run at interpreter exit; local mode flushes its folder)."""
+    with _clients_lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close()
+
+
+atexit.register(close_clients)
 
 
 def shared_client(config: Any) -> Any:
