@@ -97,6 +97,12 @@ class Settings:
     filter_extractor: str = "none"
     library_router: str = "none"
     vector_store: str = "memory"
+    # Where the narrative index lives: memory (in each front) | qdrant (an external Qdrant, fronts stateless).
+    index_backend: str = "memory"
+    qdrant_url: str = ":memory:"  # :memory: | a folder (local mode) | http(s)://host:port
+    qdrant_api_key: str = ""
+    qdrant_collection_prefix: str = "ragspine_"
+    qdrant_timeout_s: float = 5.0
     glossary_path: str = ""  # a legacy glossary JSON for the query rewriter instead of the domain profile
     company_config: str = ""  # the domain profile (TOML); empty = the built-in default vocabulary
     contextual: str = "none"  # contextual headers on the index text: none | header

@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "ragspine.cli.demo_cmd",
     "ragspine.cli.facts_cmd",
     "ragspine.cli.graph_cmd",
+    "ragspine.cli.reindex_cmd",
 )
 
 

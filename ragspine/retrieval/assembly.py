@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragspine.common.company_profile import profile_for
 from ragspine.retrieval.contextual import make_index_text_fn
+from ragspine.retrieval.index_backend import retriever_factory
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter, load_glossary
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.lexical.types import EmbeddingBackend, SparseEncoder
@@ -158,6 +159,9 @@ def assemble_index(
         # The semantic chunker reuses the index's embedding backend instead of loading a second model.
         chunker_kwargs = {"embedding_backend": backend} if backend is not None else {}
         kwargs["chunker"] = make_chunker(settings.chunker, settings=settings, **chunker_kwargs)
+    factory = retriever_factory(settings, library=vector_namespace or "default")
+    if factory is not None:  # RAGSPINE_INDEX_BACKEND=qdrant: the index lives in the library's collection
+        kwargs["retriever_factory"] = factory
     kwargs.update(overrides)
     log.info(
         "assembled index: mode=%s embedding=%s reranker=%s",

@@ -211,3 +211,17 @@ def test_reverse_proof_an_open_policy_is_caught(default_docs: list[Manifest]) ->
     opened = {**policy, "spec": {**policy["spec"], "ingress": [{"from": [{"podSelector": {}}]}]}}
     with pytest.raises(AssertionError, match="may reach the worker"):
         _assert_only_front_reaches_worker(default_docs, opened)
+
+
+def test_external_qdrant_values_reach_the_front(default_docs: list[Manifest]) -> None:
+    assert "RAGSPINE_INDEX_BACKEND" not in _env(one(default_docs, "Deployment", "-front"))
+    docs = render(
+        merged(
+            None,
+            **{"qdrant.url": "http://qdrant.db.svc:6333", "qdrant.existingSecret": "qdrant-key"},
+        )
+    )
+    env = _env(one(docs, "Deployment", "-front"))
+    assert env["RAGSPINE_INDEX_BACKEND"] == "qdrant" and env["RAGSPINE_QDRANT_URL"] == "http://qdrant.db.svc:6333"
+    assert env["RAGSPINE_QDRANT_API_KEY"] == {"secretKeyRef": {"name": "qdrant-key", "key": "api-key"}}
+    assert "RAGSPINE_QDRANT_URL" not in _env(one(docs, "Deployment", "-worker"))

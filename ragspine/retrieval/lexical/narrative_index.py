@@ -123,6 +123,7 @@ class NarrativeIndex:
         sparse_encoder: SparseEncoder | None = None,
         sensitivity_policy: SensitivityPolicy | None = None,
         defer_vectors: bool = False,
+        retriever_factory: Callable[..., Any] | None = None,
     ) -> None:
         if persistence_policy not in (None, "memory"):
             raise ValueError(
@@ -162,7 +163,9 @@ class NarrativeIndex:
         self.embedded: dict[str, int] = {DENSE: 0, SPARSE: 0}  # passages this index embedded/encoded
         self._seq = store.change_seq()
         chunks = store.iter_chunks()
-        self.retriever = HybridRetriever(
+        # ``retriever_factory`` builds another index with HybridRetriever's interface (the Qdrant backend).
+        make_retriever = HybridRetriever if retriever_factory is None else retriever_factory
+        self.retriever: HybridRetriever = make_retriever(
             chunks,
             embedding_backend=embedding_backend,
             query_rewriter=query_rewriter,
@@ -299,9 +302,14 @@ class NarrativeIndex:
             by_doc: dict[str, list[Chunk]] = {d: [] for d in doc_ids}
             for c in fresh:
                 by_doc.setdefault(c.doc_id, []).append(c)
+            replace_many = getattr(self.retriever, "replace_many", None)
+            if replace_many is not None:  # an external index applies the whole change set in one pass
+                replace_many([(self._doc_chunks.get(d, []), by_doc[d]) for d in doc_ids])
             for doc_id in doc_ids:
                 # One step per document: a concurrent search sees the old or the new version, never both.
-                self.retriever.replace_chunks(self._doc_chunks.pop(doc_id, []), by_doc[doc_id])
+                old_ids = self._doc_chunks.pop(doc_id, [])
+                if replace_many is None:
+                    self.retriever.replace_chunks(old_ids, by_doc[doc_id])
                 if by_doc[doc_id]:
                     self._doc_chunks[doc_id] = [c.chunk_id for c in by_doc[doc_id]]
             self._seq = latest

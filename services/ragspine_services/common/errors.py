@@ -58,10 +58,22 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
             return code, str(exc) or kind.__name__
     if _is_store_connection_error(exc):
         return grpc.StatusCode.UNAVAILABLE, STORE_UNAVAILABLE_MESSAGE
+    if _is_index_unavailable(exc):
+        return grpc.StatusCode.UNAVAILABLE, INDEX_UNAVAILABLE_MESSAGE
     return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
 
 
 STORE_UNAVAILABLE_MESSAGE = "the store of record is unreachable right now; retry shortly"
+INDEX_UNAVAILABLE_MESSAGE = "the index (Qdrant) is unreachable right now; retry shortly"
+
+
+def _is_index_unavailable(exc: BaseException) -> bool:
+    """The external index failed (``ragspine.retrieval.qdrant.IndexUnavailableError``), matched by name so
+    that installs without the [qdrant] extra import nothing of it."""
+    return any(
+        cls.__name__ == "IndexUnavailableError" and cls.__module__.startswith("ragspine.retrieval.qdrant")
+        for cls in type(exc).__mro__
+    )
 
 
 def _is_store_connection_error(exc: BaseException) -> bool:

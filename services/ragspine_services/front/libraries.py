@@ -118,7 +118,12 @@ class Library:
             if index is None:
                 if lexical:
                     settings = replace(self.settings, retrieval_mode="economy")
-                    index = assemble_index(self.store, settings, reranker=self.reranker)
+                    index = assemble_index(
+                        self.store,
+                        settings,
+                        reranker=self.reranker,
+                        vector_namespace=library_schema(self.library_id),
+                    )
                 else:
                     # Models are passed in (resolved once per process), never re-resolved per library.
                     index = assemble_index(
