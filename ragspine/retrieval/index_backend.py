@@ -83,6 +83,9 @@ def retriever_factory(settings: Settings, *, library: str) -> Callable[..., Any]
                 "set RAGSPINE_VECTOR_STORE=memory"
             )
         kwargs.pop("embedding_cache", None)  # vectors live in the collection
+        # The store-of-record vector ledger is the in-process index's: Qdrant keeps its own vectors.
+        for name in ("lazy_vectors", "vector_sink", "vector_round_trip"):
+            kwargs.pop(name, None)
         return QdrantRetriever(chunks, client=client, config=config, library=library, **kwargs)
 
     return build

@@ -151,7 +151,10 @@ class NarrativeIndex:
         self._doc_chunks: dict[str, list[str]] = {}
         self._ledger: VectorLedger | None = (
             store  # type: ignore[assignment]
-            if supports_vectors(store) and (embedding_backend is not None or sparse_encoder is not None)
+            if supports_vectors(store)
+            and (embedding_backend is not None or sparse_encoder is not None)
+            # An external index (``retriever_factory``: Qdrant) keeps its own vectors.
+            and retriever_factory is None
             else None
         )
         self._models: dict[str, str] = {}  # kind -> the model id verified against the store
