@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 import ragspine
+from ragspine.agent.pipeline_stages import QueryStageMenu, run_query_stages
 from ragspine.ingest.limits import IngestLimits, LimitExceededError
 from ragspine.retrieval.chunking.factory import make_chunker
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
@@ -37,6 +38,7 @@ from ragspine.retrieval.pipeline import (
     withdraw_document,
 )
 from ragspine.retrieval.raptor import RaptorRetriever, RaptorTreeCache, normalize_granularity
+from ragspine.retrieval.routing.router import LibraryRouter
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
 from ragspine.retrieval.visual import library_pages as visual
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
@@ -53,6 +55,7 @@ from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine_services.front import convert
 from ragspine_services.front.filter_report import filter_report
 from ragspine_services.front.libraries import Library, LibraryCatalog, check_library_id
+from ragspine_services.front.stage_convert import stage_options, stage_report_message
 
 _LOG = logging.getLogger("ragspine_services.front")
 
@@ -104,8 +107,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         default_mode: str = "lexical",
         reranker_name: str = "",
         remote_worker: bool = False,
+        router: LibraryRouter | None = None,
+        query_stages: QueryStageMenu | None = None,
     ) -> None:
         self.catalog = catalog
+        # Narrows the libraries of a request that names none (RAGSPINE_LIBRARY_ROUTER).
+        self.router = router
+        # The opt-in query-time stages this server offers and their defaults (all off by default).
+        self.query_stages = query_stages or QueryStageMenu()
         self.limits = limits or FrontLimits()
         self.default_mode = default_mode
         self.reranker_name = reranker_name
@@ -351,8 +360,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             libraries = [
                 self._raptor_source(library, mode, granularity, expansion, mfilter) for library in libraries
             ]
+        options = stage_options(request)
+        self.query_stages.resolve(options)  # an unoffered choice is INVALID_ARGUMENT before any work
         remaining = context.time_remaining()
-        report = RetrievalPipeline(libraries, deadline_scope=call_deadline).run(
+        staged = run_query_stages(
+            # The router only narrows a request that names no libraries.
+            RetrievalPipeline(
+                libraries, router=None if request.libraries else self.router, deadline_scope=call_deadline
+            ),
             RetrieveRequest(
                 query,
                 filters=mfilter,
@@ -362,9 +377,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 rerank_top_n=request.rerank_top_n or None,
                 deadline=None if remaining is None else time.monotonic() + remaining,
                 expansion=expansion,
-            )
+            ),
+            self.query_stages,
+            options,
         )
-        return self._respond(report, started, mfilter)
+        response = self._respond(staged.report, started, mfilter)
+        response.stages.extend(stage_report_message(s) for s in staged.stages)
+        return response
 
     def _raptor_source(
         self, library: Library, mode: str, granularity: str, expansion: str, mfilter: Any
