@@ -629,7 +629,9 @@ class RefusedVariant(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     EXTERNAL_ENTITY_FIELD_NUMBER: _builtins.int
     text: _builtins.str
+    """The generated text that was not retrieved with."""
     external_entity: _builtins.str
+    """The external entity it named."""
     def __init__(
         self,
         *,
@@ -654,8 +656,11 @@ class StageAction(_message.Message):
     GRADE_FIELD_NUMBER: _builtins.int
     SNIPPET_COUNT_FIELD_NUMBER: _builtins.int
     action: _builtins.str
+    """What was done after grading: "accept", "drop_filters", "rewrite", "refuse"."""
     grade: _builtins.float
+    """The grade of the retrieval that was judged (0..1)."""
     snippet_count: _builtins.int
+    """How many snippets that retrieval had."""
     def __init__(
         self,
         *,
@@ -715,7 +720,9 @@ class QueryStageReport(_message.Message):
     route: _builtins.str
     """Adaptive route taken ("single" / "decomposed"), when the stage routes."""
     llm_calls: _builtins.int
+    """LLM calls this stage made for the request."""
     llm_failures: _builtins.int
+    """Of those, the ones that gave no usable answer (error, garbage, deadline)."""
     deadline_hit: _builtins.bool
     """An LLM call ran into the caller's deadline."""
     degraded: _builtins.bool
@@ -723,16 +730,23 @@ class QueryStageReport(_message.Message):
     refused: _builtins.bool
     """The corrective loop refused weak context."""
     error: _builtins.str
+    """Why the stage degraded ("" when it did not)."""
     @_builtins.property
     def variants_tried(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Generated texts retrieved with (the original query is not listed; HyDE's probe is never a snippet)."""
 
     @_builtins.property
-    def variants_refused(self) -> _containers.RepeatedCompositeFieldContainer[Global___RefusedVariant]: ...
+    def variants_refused(self) -> _containers.RepeatedCompositeFieldContainer[Global___RefusedVariant]:
+        """Generated texts the security gate refused (never retrieved with), with its verdicts."""
+
     @_builtins.property
-    def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___StageAction]: ...
+    def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___StageAction]:
+        """The corrective loop's grade -> action steps."""
+
     @_builtins.property
-    def timings_ms(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
+    def timings_ms(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The stage's own timings in milliseconds."""
+
     @_builtins.property
     def steps(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Post-retrieval steps applied, in order (postprocess stage only)."""
