@@ -47,6 +47,8 @@ from ragspine.retrieval.rerank.listwise_rerank import (
     complete_order,
     parse_listwise_response,
 )
+from ragspine.retrieval.routing.llm_router import LLMLibraryRouter
+from ragspine.retrieval.routing.router import ROUTER_CHOICES, LibraryRouter, make_library_router
 from ragspine.retrieval.stage_report import StageReport, run_base
 from ragspine.settings import OFF, Settings, choice
 
@@ -89,10 +91,13 @@ class QueryStageMenu:
         provider: LLMProvider | None = None,
         llm_deadline_s: float = 5.0,
         security_gate: SecurityGate | None = None,
+        library_router: str = OFF,
     ) -> None:
         self.provider = provider
         self.llm_deadline_s = llm_deadline_s
         self.security_gate = security_gate
+        self.library_router = OFF
+        self.library_router = self.check_router(library_router)
         self.defaults = QueryStageOptions()
         self.defaults = self.resolve(defaults, default=QueryStageOptions())
 
@@ -109,7 +114,32 @@ class QueryStageMenu:
             ),
             provider=provider,
             llm_deadline_s=settings.llm_deadline_s,
+            library_router=settings.library_router,
         )
+
+    def check_router(self, spec: str) -> str:
+        """The canonical library-router choice for ``spec`` ("" = the server's default); ``ValueError``
+        for one this server does not offer ("llm" needs the LLM provider)."""
+        if not isinstance(spec, str):
+            raise ValueError(f"library_router must be a string, got {type(spec).__name__}")
+        if not spec.strip():
+            return self.library_router
+        offered = (*ROUTER_CHOICES, "llm") if self.provider is not None else ROUTER_CHOICES
+        name = choice(spec)
+        if name not in offered:
+            hint = "" if self.provider is not None else " (llm needs RAGSPINE_LLM_BASE_URL)"
+            raise ValueError(
+                f"library_router {spec!r} is not offered by this server; "
+                f"use one of {', '.join(offered)}{hint}"
+            )
+        return name
+
+    def router(self, spec: str = "") -> LibraryRouter | None:
+        """The library router ``spec`` selects ("" = the server's default; None = search every library)."""
+        name = self.check_router(spec)
+        if name == "llm" and self.provider is not None:
+            return LLMLibraryRouter(self.provider, budget_s=self.llm_deadline_s)
+        return make_library_router(name)
 
     def offered(self, name: str) -> tuple[str, ...]:
         """The choices a request may name for the stage field ``name``."""
@@ -192,11 +222,12 @@ def run_query_stages(
     ``ValueError`` for a choice the menu does not offer. Nothing selected → ``pipeline.run(request)``.
     """
     selected = menu.resolve(options)
-    if not selected.any_selected():
-        return StagedReport(pipeline.run(request))
-    started = time.perf_counter()
     remaining = request.remaining_s()
     llm_window = None if remaining is None else max(0.0, remaining * LLM_SHARE_OF_DEADLINE)
+    if not selected.any_selected():
+        with llm_deadline(llm_window):  # bounds an LLM library router, the only model call left
+            return StagedReport(pipeline.run(request))
+    started = time.perf_counter()
     settings = Settings(
         query_transform=selected.query_transform,
         query_decompose=selected.decompose,

@@ -223,3 +223,51 @@ def test_keyword_router_narrows_libraries_when_none_are_named(make_front, tmp_pa
             timeout=10,
         )
         assert {s.library_id for s in named.snippets} == {"battery", "hr"}
+
+
+def route_reply(messages: list[dict[str, str]]) -> str:
+    """The model answers a routing prompt with the library whose description line names 'battery'."""
+    prompt = messages[-1]["content"]
+    if prompt.startswith("Which of these libraries"):
+        return "\n".join(
+            line[2:].split(":")[0] for line in prompt.splitlines() if "battery" in line and line[:2] == "- "
+        )
+    from tests.agent.llm_server import default_reply
+
+    return default_reply(messages)
+
+
+def test_llm_router_picks_libraries_per_request_and_degrades_when_the_model_fails(
+    make_front, tmp_path
+) -> None:
+    battery = [("b1", "Battery cells and battery packs ship in the third quarter.", "INTERNAL")]
+    hr = [("h1", "Holiday policy: staff get plenty of leave days in the third quarter.", "INTERNAL")]
+    with ScriptedLLMServer(route_reply) as llm:
+        front = make_front(llm_base_url=llm.base_url, data_dir=tmp_path / "ok")
+        ingest(front, "battery", battery)
+        ingest(front, "hr", hr)
+        request = pb.RetrieveRequest(query="what ships in the third quarter", top_k=5)
+        assert {s.library_id for s in front.stub.Retrieve(request, timeout=10).snippets} == {"battery", "hr"}
+        request.library_router = "llm"
+        routed = front.stub.Retrieve(request, timeout=10)
+        assert {s.library_id for s in routed.snippets} == {"battery"}
+        assert list(routed.degraded) == []
+        assert any("Which of these libraries" in p for p in llm.prompts())
+    with ScriptedLLMServer(mode="500") as broken:
+        front = make_front(llm_base_url=broken.base_url, data_dir=tmp_path / "broken")
+        ingest(front, "battery", battery)
+        ingest(front, "hr", hr)
+        request = pb.RetrieveRequest(query="what ships in the third quarter", top_k=5, library_router="llm")
+        fallback = front.stub.Retrieve(request, timeout=10)
+    assert {s.library_id for s in fallback.snippets} == {"battery", "hr"}
+    assert list(fallback.degraded) == ["route"]
+
+
+def test_unoffered_library_router_is_invalid_argument(make_front) -> None:
+    front = make_front()
+    ingest(front)
+    for spec, hint in (("llm", "RAGSPINE_LLM_BASE_URL"), ("telepathy", "keyword")):
+        with pytest.raises(grpc.RpcError) as info:
+            front.stub.Retrieve(pb.RetrieveRequest(query=QUESTION, library_router=spec), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert hint in info.value.details()

@@ -13,7 +13,6 @@ from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.link.providers import make_llm_provider
 from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
-from ragspine.retrieval.routing.router import make_library_router
 from ragspine.settings import Settings
 from ragspine_services._gen import retrieval_pb2_grpc, structured_pb2_grpc
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, TokenTableAuthenticator
@@ -128,7 +127,6 @@ def start_front(
         default_mode=parts.default_mode,
         reranker_name=parts.reranker_name,
         remote_worker=parts.worker is not None,
-        router=make_library_router(settings=settings),
         query_stages=QueryStageMenu.from_settings(settings, provider=make_llm_provider(settings=settings)),
     )
     structured = parts.structured

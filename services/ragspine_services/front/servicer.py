@@ -38,7 +38,6 @@ from ragspine.retrieval.pipeline import (
     withdraw_document,
 )
 from ragspine.retrieval.raptor import RaptorRetriever, RaptorTreeCache, normalize_granularity
-from ragspine.retrieval.routing.router import LibraryRouter
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
 from ragspine.retrieval.visual import library_pages as visual
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
@@ -107,13 +106,11 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         default_mode: str = "lexical",
         reranker_name: str = "",
         remote_worker: bool = False,
-        router: LibraryRouter | None = None,
         query_stages: QueryStageMenu | None = None,
     ) -> None:
         self.catalog = catalog
-        # Narrows the libraries of a request that names none (RAGSPINE_LIBRARY_ROUTER).
-        self.router = router
-        # The opt-in query-time stages this server offers and their defaults (all off by default).
+        # The opt-in query-time stages and library routers this server offers, and its defaults
+        # (RAGSPINE_QUERY_*, RAGSPINE_LIBRARY_ROUTER, ...; all off by default).
         self.query_stages = query_stages or QueryStageMenu()
         self.limits = limits or FrontLimits()
         self.default_mode = default_mode
@@ -362,12 +359,11 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             ]
         options = stage_options(request)
         self.query_stages.resolve(options)  # an unoffered choice is INVALID_ARGUMENT before any work
+        # The router only narrows a request that names no libraries.
+        router = None if request.libraries else self.query_stages.router(request.library_router)
         remaining = context.time_remaining()
         staged = run_query_stages(
-            # The router only narrows a request that names no libraries.
-            RetrievalPipeline(
-                libraries, router=None if request.libraries else self.router, deadline_scope=call_deadline
-            ),
+            RetrievalPipeline(libraries, router=router, deadline_scope=call_deadline),
             RetrieveRequest(
                 query,
                 filters=mfilter,

@@ -548,6 +548,7 @@ class RetrieveRequest(_message.Message):
     CORRECTIVE_FIELD_NUMBER: _builtins.int
     POSTPROCESSOR_FIELD_NUMBER: _builtins.int
     JUDGE_FIELD_NUMBER: _builtins.int
+    LIBRARY_ROUTER_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The question text (non-empty)."""
     combine: Global___FilterCombine.ValueType
@@ -585,6 +586,11 @@ class RetrieveRequest(_message.Message):
     """Post-retrieval chain, comma list: "mmr", "lost_in_middle", "compression"."""
     judge: _builtins.str
     """LLM listwise judge over the final snippets: "listwise"."""
+    library_router: _builtins.str
+    """Library routing when `libraries` is empty: "" = the server's RAGSPINE_LIBRARY_ROUTER, "none" = every
+    library the caller may read, "keyword" (descriptions / ids sharing the question's words), "llm" (the
+    server's model picks; a failure searches every library, flagged "route" in `degraded`).
+    """
     @_builtins.property
     def libraries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Libraries to search; empty = every library the caller may read."""
@@ -612,10 +618,11 @@ class RetrieveRequest(_message.Message):
         corrective: _builtins.str = ...,
         postprocessor: _builtins.str = ...,
         judge: _builtins.str = ...,
+        library_router: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive", b"adaptive", "combine", b"combine", "corrective", b"corrective", "decompose", b"decompose", "expansion", b"expansion", "filters", b"filters", "judge", b"judge", "libraries", b"libraries", "mode", b"mode", "postprocessor", b"postprocessor", "query", b"query", "query_transform", b"query_transform", "raptor_granularity", b"raptor_granularity", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive", b"adaptive", "combine", b"combine", "corrective", b"corrective", "decompose", b"decompose", "expansion", b"expansion", "filters", b"filters", "judge", b"judge", "libraries", b"libraries", "library_router", b"library_router", "mode", b"mode", "postprocessor", b"postprocessor", "query", b"query", "query_transform", b"query_transform", "raptor_granularity", b"raptor_granularity", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
