@@ -155,6 +155,8 @@ def bench_dataset(dataset: BeirDataset, args: argparse.Namespace) -> None:
                 for name, options in ROWS.items():
                     row = plain if name == "plain" else run_row(front, judged, dataset.qrels, options)
                     print_row(name, row, plain)
+                # The plain row once more at the end: the spread between the two is the machine's noise.
+                print_row("plain (again)", run_row(front, judged, dataset.qrels, {}), plain)
             finally:
                 front.close()
         slow = judged[: args.slow_queries]

@@ -271,3 +271,22 @@ def test_unoffered_library_router_is_invalid_argument(make_front) -> None:
             front.stub.Retrieve(pb.RetrieveRequest(query=QUESTION, library_router=spec), timeout=10)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert hint in info.value.details()
+
+
+def test_a_variant_naming_a_competitor_is_refused_and_reported(make_front) -> None:
+    def fusion_reply(messages: list[dict[str, str]]) -> str:
+        return "battery supplier margin\nGLOBEX battery supplier revenue"
+
+    with ScriptedLLMServer(fusion_reply) as llm:
+        front = make_front(llm_base_url=llm.base_url)
+        ingest(front)
+        response = front.stub.Retrieve(
+            pb.RetrieveRequest(query=QUESTION, libraries=["acme"], top_k=5, query_transform="rag_fusion"),
+            timeout=20,
+        )
+    (stage,) = response.stages
+    assert list(stage.variants_tried) == ["battery supplier margin"]
+    assert [(r.text, r.external_entity) for r in stage.variants_refused] == [
+        ("GLOBEX battery supplier revenue", "GLOBEX")
+    ]
+    assert not stage.degraded
