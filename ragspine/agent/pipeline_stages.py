@@ -37,10 +37,12 @@ from ragspine.agent.security_gate import SecurityGate
 from ragspine.agent.stack import build_query_stack
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.corrective import CORRECTIVE_CHOICES
+from ragspine.retrieval.filtering.automatic import make_filter_extractor
+from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
 from ragspine.retrieval.link.providers import LLMProvider
 from ragspine.retrieval.pipeline.pipeline import RetrievalPipeline
 from ragspine.retrieval.pipeline.report import RetrieveReport
-from ragspine.retrieval.pipeline.request import RetrieveRequest
+from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
 from ragspine.retrieval.postprocess import POSTPROCESSORS, make_postprocessor
 from ragspine.retrieval.rerank.listwise_rerank import (
     build_listwise_prompt,
@@ -53,11 +55,13 @@ from ragspine.retrieval.stage_report import StageReport, run_base
 from ragspine.settings import OFF, Settings, choice
 
 JUDGE_CHOICES = ("none", "listwise")
+FILTER_EXTRACTOR_CHOICES = ("none", "controlled_vocab", "llm")
 LLM_CHOICES = {
     "query_transform": ("hyde", "rag_fusion", "step_back"),
     "decompose": ("llm",),
     "adaptive": ("llm",),
     "judge": ("listwise",),
+    "filter_extractor": ("llm",),
 }
 # Share of the caller's remaining time the LLM calls may use; the rest is kept for the plain retrieval a
 # failed stage falls back to, so a slow model degrades the answer instead of missing the deadline.
@@ -75,6 +79,7 @@ class QueryStageOptions:
     corrective: str = ""
     postprocessor: str = ""
     judge: str = ""
+    filter_extractor: str = ""
 
     def any_selected(self) -> bool:
         return any(choice(getattr(self, f.name)) != OFF for f in fields(self))
@@ -150,6 +155,7 @@ class QueryStageMenu:
             "corrective": CORRECTIVE_CHOICES,
             "postprocessor": (OFF, *POSTPROCESSORS.names()),
             "judge": JUDGE_CHOICES,
+            "filter_extractor": FILTER_EXTRACTOR_CHOICES,
         }[name]
         if self.provider is None:
             return tuple(c for c in every if c not in LLM_CHOICES.get(name, ()))
@@ -183,6 +189,8 @@ class QueryStageMenu:
             make_postprocessor(",".join(parts) or OFF)  # a repeated stage raises ValueError here
             return ",".join(POSTPROCESSORS.canonical(p) for p in parts) or OFF
         canonical = choice(value).replace("-", "_")
+        if name == "filter_extractor" and canonical == "vocab":
+            canonical = "controlled_vocab"
         if canonical not in offered:
             hint = "" if self.provider is not None else " (LLM-backed choices need RAGSPINE_LLM_BASE_URL)"
             raise ValueError(
@@ -235,9 +243,15 @@ def run_query_stages(
         corrective=selected.corrective,
         llm_deadline_s=menu.llm_deadline_s,
     )
+    stages: list[StageReport] = []
+    if selected.filter_extractor != OFF:
+        with llm_deadline(llm_window):
+            extracted, stage = _extract_filters(menu, selected.filter_extractor, request.query)
+        stages.append(stage)
+        if extracted is not None:
+            request = replace(request, filters=all_of(as_metadata_filter(request.filters), extracted))
     base = _PipelineRetriever(pipeline, request)
     stack = build_query_stack(base, settings, provider=menu.provider, security_gate=menu.security_gate)
-    stages: list[StageReport] = []
     with llm_deadline(llm_window):
         result = run_base(stack, request.query, filters=None, top_k=request.top_k)
         stages.extend(result.reports)
@@ -274,6 +288,43 @@ def run_query_stages(
         restricted_dropped=sum(r.restricted_dropped for r in runs),
     )
     return StagedReport(report, stages)
+
+
+def as_metadata_filter(filters: Any) -> MetadataFilter | None:
+    """A request's filters as one ``MetadataFilter`` (keyword filters become ``eq`` conditions)."""
+    keyword, typed = split_filters(filters)
+    if typed is not None or not keyword:
+        return typed
+    return MetadataFilter(tuple(FilterCondition(k, "eq", v) for k, v in sorted(keyword.items())))
+
+
+def _extract_filters(
+    menu: QueryStageMenu, spec: str, query: str
+) -> tuple[MetadataFilter | None, StageReport]:
+    """The filter ``spec``'s extractor reads from ``query`` (None: none, or the model failed: flagged)."""
+    t0 = time.perf_counter()
+    report = StageReport("filter_extractor")
+    extracted: MetadataFilter | None = None
+    with record_llm_calls() as log:
+        try:
+            extractor = (
+                make_filter_extractor(
+                    spec, settings=Settings(llm_deadline_s=menu.llm_deadline_s), provider=menu.provider
+                )
+                if spec == "llm"
+                else make_filter_extractor(spec, settings=Settings())
+            )
+            extracted = extractor.extract(query) if extractor is not None else None
+        except LLMUnavailable as exc:
+            report.degraded, report.error = True, str(exc)
+    report.llm_calls, report.llm_failures = log.calls, log.failures
+    report.deadline_hit = log.deadline_hits > 0
+    if extracted is not None:
+        report.actions = [
+            f"{c.field} {c.op} {c.value}" for c in extracted.conditions if isinstance(c, FilterCondition)
+        ]
+    report.timings_ms["total"] = (time.perf_counter() - t0) * 1e3
+    return extracted, report
 
 
 def _postprocess(

@@ -290,3 +290,70 @@ def test_a_variant_naming_a_competitor_is_refused_and_reported(make_front) -> No
         ("GLOBEX battery supplier revenue", "GLOBEX")
     ]
     assert not stage.degraded
+
+
+REGIONAL = [
+    ("hk-1", "Battery revenue grew in the region on agency sales.", "ACME_HK"),
+    ("cn-1", "Battery revenue fell in the region as tariffs rose.", "ACME_CN"),
+]
+
+
+def ingest_regional(front: Any) -> None:
+    documents = [pb.Document(doc_id=d, text=t, entity=e, sensitivity="INTERNAL") for d, t, e in REGIONAL]
+    front.stub.Ingest(pb.IngestRequest(library="regions", documents=documents), timeout=30)
+
+
+def filter_reply(answer: str) -> Any:
+    def reply(messages: list[dict[str, str]]) -> str:
+        return answer if messages[-1]["content"].startswith("Which of these metadata filters") else "ok"
+
+    return reply
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected", "conditions"),
+    [
+        ("entity: hong kong", {"hk-1"}, ["entity eq ACME_HK"]),  # a surface form maps to its code
+        ("entity: ATLANTIS\nplanet: mars", {"hk-1", "cn-1"}, []),  # invented values never filter
+    ],
+)
+def test_llm_filter_extraction_narrows_within_the_vocabulary(
+    make_front, answer, expected, conditions
+) -> None:
+    with ScriptedLLMServer(filter_reply(answer)) as llm:
+        front = make_front(llm_base_url=llm.base_url)
+        ingest_regional(front)
+        response = front.stub.Retrieve(
+            pb.RetrieveRequest(query="battery revenue", libraries=["regions"], filter_extractor="llm"),
+            timeout=10,
+        )
+    assert {s.doc_id for s in response.snippets} == expected
+    (stage,) = response.stages
+    assert stage.stage == "filter_extractor" and list(stage.steps) == conditions and stage.llm_calls == 1
+    assert list(response.degraded) == []
+
+
+def test_a_failing_filter_model_adds_no_filter_flagged(make_front) -> None:
+    with ScriptedLLMServer(mode="garbage") as llm:
+        front = make_front(llm_base_url=llm.base_url)
+        ingest_regional(front)
+        response = front.stub.Retrieve(
+            pb.RetrieveRequest(query="battery revenue", libraries=["regions"], filter_extractor="llm"),
+            timeout=10,
+        )
+    assert {s.doc_id for s in response.snippets} == {"hk-1", "cn-1"}
+    assert list(response.degraded) == ["filter_extractor"]
+
+
+def test_controlled_vocab_extraction_per_request_needs_no_model(make_front) -> None:
+    front = make_front()
+    ingest_regional(front)
+    request = pb.RetrieveRequest(query="battery revenue in china", libraries=["regions"])
+    assert {s.doc_id for s in front.stub.Retrieve(request, timeout=10).snippets} == {"hk-1", "cn-1"}
+    request.filter_extractor = "controlled_vocab"
+    narrowed = front.stub.Retrieve(request, timeout=10)
+    assert {s.doc_id for s in narrowed.snippets} == {"cn-1"}
+    request.filter_extractor = "llm"
+    with pytest.raises(grpc.RpcError) as info:
+        front.stub.Retrieve(request, timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

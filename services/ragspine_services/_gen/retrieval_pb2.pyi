@@ -548,6 +548,7 @@ class RetrieveRequest(_message.Message):
     POSTPROCESSOR_FIELD_NUMBER: _builtins.int
     JUDGE_FIELD_NUMBER: _builtins.int
     LIBRARY_ROUTER_FIELD_NUMBER: _builtins.int
+    FILTER_EXTRACTOR_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The question text (non-empty)."""
     combine: Global___FilterCombine.ValueType
@@ -590,6 +591,11 @@ class RetrieveRequest(_message.Message):
     library the caller may read, "keyword" (descriptions / ids sharing the question's words), "llm" (the
     server's model picks; a failure searches every library, flagged "route" in `degraded`).
     """
+    filter_extractor: _builtins.str
+    """Filters read from the question, ANDed with `filters` (they only narrow): "" / "none" = none beyond
+    the library's own RAGSPINE_FILTER_EXTRACTOR, "controlled_vocab", "llm" (values only from the domain
+    profile's vocabulary; a failing model adds no filter, flagged "filter_extractor" in `degraded`).
+    """
     @_builtins.property
     def libraries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Libraries to search; empty = every library the caller may read."""
@@ -618,10 +624,11 @@ class RetrieveRequest(_message.Message):
         postprocessor: _builtins.str = ...,
         judge: _builtins.str = ...,
         library_router: _builtins.str = ...,
+        filter_extractor: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive", b"adaptive", "combine", b"combine", "corrective", b"corrective", "decompose", b"decompose", "expansion", b"expansion", "filters", b"filters", "judge", b"judge", "libraries", b"libraries", "library_router", b"library_router", "mode", b"mode", "postprocessor", b"postprocessor", "query", b"query", "query_transform", b"query_transform", "raptor_granularity", b"raptor_granularity", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive", b"adaptive", "combine", b"combine", "corrective", b"corrective", "decompose", b"decompose", "expansion", b"expansion", "filter_extractor", b"filter_extractor", "filters", b"filters", "judge", b"judge", "libraries", b"libraries", "library_router", b"library_router", "mode", b"mode", "postprocessor", b"postprocessor", "query", b"query", "query_transform", b"query_transform", "raptor_granularity", b"raptor_granularity", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -756,7 +763,7 @@ class QueryStageReport(_message.Message):
 
     @_builtins.property
     def steps(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Post-retrieval steps applied, in order (postprocess stage only)."""
+        """Post-retrieval steps applied, in order (postprocess), or the filter conditions read (filter_extractor)."""
 
     def __init__(
         self,

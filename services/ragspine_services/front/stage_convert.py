@@ -17,6 +17,7 @@ def stage_options(request: retrieval_pb2.RetrieveRequest) -> QueryStageOptions:
         corrective=request.corrective,
         postprocessor=request.postprocessor,
         judge=request.judge,
+        filter_extractor=request.filter_extractor,
     )
 
 
