@@ -2,7 +2,8 @@
 quality vs the plain pipeline, and the deadline hit rate with a 2 s slow model.
 
 A real front (SQLite library, BM25, on loopback) holds the dataset; an OpenAI-compatible server on
-loopback (``tests/agent/llm_server.py``) answers the stage prompts with the deterministic replies. Each
+loopback (``tests/agent/llm_server.py``) answers with the ``DeterministicProvider``'s replies (stage
+prompts; the listwise judge ranks passages by query-token overlap). Each
 row sends the same judged queries through ``Retrieve`` with one stage selected by the request's options;
 "plain" selects none (the peer every row is compared with, from the same run).
 
@@ -29,6 +30,7 @@ import grpc
 
 from ragspine.eval.beir import BeirDataset, load_beir
 from ragspine.eval.metrics import ndcg_at_k
+from ragspine.retrieval.link.providers import DeterministicProvider
 from ragspine.settings import Settings
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services._gen import retrieval_pb2_grpc
@@ -49,6 +51,12 @@ ROWS: dict[str, dict[str, Any]] = {
     "decompose=llm": {"decompose": "llm"},
     "judge=listwise": {"judge": "listwise"},
 }
+
+
+def scripted_reply(messages: list[dict[str, str]]) -> str:
+    """The deterministic provider's answers (stage prompts; the listwise judge ranks passages by query-token
+    overlap), served over HTTP; "none" for a prompt it has no answer for."""
+    return DeterministicProvider().chat(messages) or "none"
 
 
 def free_port() -> int:
@@ -144,7 +152,7 @@ def bench_dataset(dataset: BeirDataset, args: argparse.Namespace) -> None:
         f"{'LLM/query':>9} {'deadline':>9} {'late':>6} {'degraded':>9}"
     )
     with tempfile.TemporaryDirectory(prefix="ragspine-stages-svc-") as tmp:
-        with ScriptedLLMServer() as llm:
+        with ScriptedLLMServer(scripted_reply) as llm:
             front = Front(Path(tmp) / "data", llm.base_url)
             try:
                 ingest(front, dataset)
@@ -160,7 +168,7 @@ def bench_dataset(dataset: BeirDataset, args: argparse.Namespace) -> None:
             finally:
                 front.close()
         slow = judged[: args.slow_queries]
-        with ScriptedLLMServer(mode="slow", delay_s=2.0) as llm:
+        with ScriptedLLMServer(scripted_reply, mode="slow", delay_s=2.0) as llm:
             front = Front(Path(tmp) / "data", llm.base_url)
             try:
                 for timeout in (1.0, 3.0, 5.0):
