@@ -266,9 +266,16 @@ def test_llm_router_picks_libraries_per_request_and_degrades_when_the_model_fail
 def test_unoffered_library_router_is_invalid_argument(make_front) -> None:
     front = make_front()
     ingest(front)
-    for spec, hint in (("llm", "RAGSPINE_LLM_BASE_URL"), ("telepathy", "keyword")):
+    cases = [
+        ("llm", "RAGSPINE_LLM_BASE_URL", []),
+        ("telepathy", "keyword", []),
+        ("telepathy", "keyword", ["acme"]),
+    ]
+    for spec, hint, libraries in cases:
         with pytest.raises(grpc.RpcError) as info:
-            front.stub.Retrieve(pb.RetrieveRequest(query=QUESTION, library_router=spec), timeout=10)
+            front.stub.Retrieve(
+                pb.RetrieveRequest(query=QUESTION, libraries=libraries, library_router=spec), timeout=10
+            )
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert hint in info.value.details()
 

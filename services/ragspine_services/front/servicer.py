@@ -360,7 +360,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         options = stage_options(request)
         self.query_stages.resolve(options)  # an unoffered choice is INVALID_ARGUMENT before any work
         # The router only narrows a request that names no libraries.
-        router = None if request.libraries else self.query_stages.router(request.library_router)
+        router = self.query_stages.router(request.library_router)
+        router = None if request.libraries else router
         remaining = context.time_remaining()
         staged = run_query_stages(
             RetrievalPipeline(libraries, router=router, deadline_scope=call_deadline),
