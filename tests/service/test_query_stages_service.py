@@ -364,3 +364,27 @@ def test_controlled_vocab_extraction_per_request_needs_no_model(make_front) -> N
     with pytest.raises(grpc.RpcError) as info:
         front.stub.Retrieve(request, timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"query_transform": "hyde"},
+        {"query_transform": "step_back"},
+        {"decompose": "llm"},
+        {"adaptive": "llm", "decompose": "llm"},
+        {"filter_extractor": "llm"},
+        {"judge": "listwise", "postprocessor": "compression"},
+    ],
+)
+def test_no_llm_stage_sends_restricted_text(make_front, llm, options) -> None:
+    front = make_front(llm_base_url=llm.base_url)
+    ingest(front)
+    ingest(front, "other", DOCS[:2])
+    for question in (QUESTION, "cloud churn subscriber and battery supplier"):
+        front.stub.Retrieve(
+            pb.RetrieveRequest(query=question, top_k=8, library_router="llm", **options), timeout=20
+        )
+    prompts = llm.prompts()
+    assert len(llm.requests) >= 4  # the router and the stage were asked for both questions
+    assert not any(SECRET in p for p in prompts)
