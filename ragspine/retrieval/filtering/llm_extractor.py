@@ -35,23 +35,18 @@ def build_filter_prompt(query: str, vocab: Mapping[str, Mapping[str, Sequence[st
 
 class LLMFilterExtractor:
     """``FilterExtractor`` backed by an ``LLMProvider``. ``vocab``: field → {canonical: [surface forms]}
-    (default: the built-in profile's ``profile_vocab``). ``ValueError`` for a missing provider or an empty
-    vocabulary."""
+    (``make_filter_extractor("llm")`` passes the profile's ``profile_vocab``). ``ValueError`` for a missing
+    provider or an empty vocabulary."""
 
     def __init__(
         self,
         provider: LLMProvider,
         *,
-        vocab: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+        vocab: Mapping[str, Mapping[str, Sequence[str]]],
         budget_s: float = DEFAULT_LLM_DEADLINE_S,
     ) -> None:
         if provider is None:
             raise ValueError("LLMFilterExtractor needs an LLM provider (make_llm_provider)")
-        if vocab is None:
-            from ragspine.common.company_profile import profile_for
-            from ragspine.retrieval.filtering.automatic import profile_vocab
-
-            vocab = profile_vocab(profile_for())
         if not isinstance(vocab, Mapping) or not vocab:
             raise ValueError("vocab must be a non-empty mapping field -> {canonical value: [surface forms]}")
         self.provider = provider
