@@ -244,15 +244,15 @@ def run_query_stages(
         llm_deadline_s=menu.llm_deadline_s,
     )
     stages: list[StageReport] = []
-    if selected.filter_extractor != OFF:
-        with llm_deadline(llm_window):
-            extracted, stage = _extract_filters(menu, selected.filter_extractor, request.query)
-        stages.append(stage)
-        if extracted is not None:
-            request = replace(request, filters=all_of(as_metadata_filter(request.filters), extracted))
-    base = _PipelineRetriever(pipeline, request)
-    stack = build_query_stack(base, settings, provider=menu.provider, security_gate=menu.security_gate)
+    # One window for every LLM call of the request, measured from here.
     with llm_deadline(llm_window):
+        if selected.filter_extractor != OFF:
+            extracted, stage = _extract_filters(menu, selected.filter_extractor, request.query)
+            stages.append(stage)
+            if extracted is not None:
+                request = replace(request, filters=all_of(as_metadata_filter(request.filters), extracted))
+        base = _PipelineRetriever(pipeline, request)
+        stack = build_query_stack(base, settings, provider=menu.provider, security_gate=menu.security_gate)
         result = run_base(stack, request.query, filters=None, top_k=request.top_k)
         stages.extend(result.reports)
         snippets = result.snippets
