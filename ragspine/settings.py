@@ -94,6 +94,7 @@ class Settings:
     query_decompose: str = ""  # none | heuristic | llm; empty = none
     adaptive: str = ""  # none | heuristic | llm: decompose multi-part questions only; empty = none
     corrective: str = ""  # none | on: grade -> act loop (drop filters -> rewrite -> refuse); empty = none
+    listwise_judge: str = ""  # none | listwise: LLM listwise judge over the final snippets; empty = none
     filter_extractor: str = "none"
     library_router: str = "none"
     vector_store: str = "memory"

@@ -65,6 +65,37 @@ class _Rewriter:
         return [query, *self.variants]
 
 
+class _QueryStages:
+    """The base behind one retrieval pipeline, answered through ``run_query_stages`` with ``options``."""
+
+    def __init__(self, base: Any, **options: str) -> None:
+        from ragspine.agent.pipeline_stages import QueryStageMenu, QueryStageOptions
+        from ragspine.retrieval.link.providers import DeterministicProvider
+        from ragspine.retrieval.pipeline import RetrievalPipeline, RetrieverLibrary
+
+        self.pipeline = RetrievalPipeline([RetrieverLibrary("", base)])
+        self.menu = QueryStageMenu(provider=DeterministicProvider())
+        self.options = QueryStageOptions(**options)
+
+    def retrieve(self, query: str, *, top_k: int = 50) -> list[dict[str, Any]]:
+        from ragspine.agent.pipeline_stages import run_query_stages
+        from ragspine.retrieval.pipeline import RetrieveRequest
+
+        request = RetrieveRequest(query, top_k=top_k)
+        return run_query_stages(self.pipeline, request, self.menu, self.options).report.snippets
+
+
+_ALL_OFF = {
+    "query_transform": "none",
+    "decompose": "none",
+    "adaptive": "off",
+    "corrective": "none",
+    "postprocessor": "",
+    "judge": "none",
+    "filter_extractor": "none",
+}
+
+
 class _Reverse:
     def postprocess(self, query: str, snippets: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return list(reversed(snippets))
@@ -83,6 +114,7 @@ def test_unselected_stages_are_byte_identical(tmp_path: Path) -> None:
         "chunker_default": _dump(tmp_path, "ch", chunker=make_chunker("default")),
         "expansion_none": _dump(tmp_path, "exp", expansion="none"),
         "raptor_none": _dump(tmp_path, "rap", wrap=lambda base: make_raptor_retriever(base, "none")),
+        "query_stages_none": _dump(tmp_path, "qs", wrap=lambda base: _QueryStages(base, **_ALL_OFF)),
     }
     for name, blob in variants.items():
         assert blob == baseline, name
@@ -103,6 +135,8 @@ def test_reverse_proof_changing_stages_are_caught(tmp_path: Path) -> None:
     assert _dump(tmp_path, "rw", query_rewriter=_Rewriter(["battery supplier"])) != baseline
     assert _dump(tmp_path, "ctx", index_text_fn=make_index_text_fn("header")) != baseline
     assert _dump(tmp_path, "lay", chunker=make_chunker("sentence_window")) != baseline
+    reordered = {**_ALL_OFF, "postprocessor": "lost_in_middle"}
+    assert _dump(tmp_path, "qs", wrap=lambda base: _QueryStages(base, **reordered)) != baseline
 
 
 def test_bare_install_auto_is_pure_bm25(tmp_path: Path, monkeypatch: Any) -> None:

@@ -58,7 +58,7 @@ def profile_vocab(profile: DomainProfile) -> dict[str, dict[str, list[str]]]:
     return vocab
 
 
-FILTER_EXTRACTOR_CHOICES: tuple[str, ...] = ("none", "controlled_vocab", "vocab")
+FILTER_EXTRACTOR_CHOICES: tuple[str, ...] = ("none", "controlled_vocab", "vocab", "llm")
 
 
 @runtime_checkable
@@ -170,7 +170,8 @@ def make_filter_extractor(
     ``spec=None`` resolves through ``settings.filter_extractor``, or without ``settings`` through
     ``Settings.from_env().filter_extractor`` (``RAGSPINE_FILTER_EXTRACTOR``). ``"none"`` (or blank,
     ``"off"``) → ``None`` (the default: no extraction); ``"controlled_vocab"``/``"vocab"`` →
-    ``ControlledVocabFilterExtractor(**kwargs)`` (``vocab=`` or ``profile=``; neither: the profile).
+    ``ControlledVocabFilterExtractor(**kwargs)`` (``vocab=`` or ``profile=``; neither: the profile);
+    ``"llm"`` → ``LLMFilterExtractor`` (``provider=`` or the settings' ``RAGSPINE_LLM_*``; same vocabulary).
     Raises ``ValueError`` listing the choices for an unknown name.
     """
     if spec is None:
@@ -185,4 +186,21 @@ def make_filter_extractor(
             # The profile the given settings name; never the environment behind them.
             kwargs["profile"] = profile_for(settings.company_config)
         return ControlledVocabFilterExtractor(**kwargs)
+    if name == "llm":
+        from ragspine.retrieval.filtering.llm_extractor import LLMFilterExtractor
+        from ragspine.retrieval.link.providers import make_llm_provider
+
+        settings = settings or Settings.from_env()
+        provider = kwargs.pop("provider", None) or make_llm_provider(settings=settings)
+        if provider is None:
+            raise ValueError(
+                "filter extractor 'llm' needs an LLM: pass provider= or set RAGSPINE_LLM_BASE_URL"
+            )
+        if "vocab" not in kwargs:
+            from ragspine.common.company_profile import profile_for
+
+            profile = kwargs.pop("profile", None) or profile_for(settings.company_config)
+            kwargs["vocab"] = profile_vocab(profile)
+        kwargs.setdefault("budget_s", settings.llm_deadline_s)
+        return LLMFilterExtractor(provider, **kwargs)
     raise ValueError(f"unknown filter extractor {spec!r}; choices: {', '.join(FILTER_EXTRACTOR_CHOICES)}")

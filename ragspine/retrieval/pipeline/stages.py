@@ -90,12 +90,21 @@ class RouteStage:
     def run(self, state: PipelineState) -> None:
         if self.router is None or len(state.sources) < 2 or state.request.libraries:
             return
-        state.sources = route(self.router, state.query, state.sources)
+        failed: list[str] = []
+        state.sources = route(self.router, state.query, state.sources, failures=failed)
+        if failed:
+            state.degrade(self.name, failed[0])
 
 
-def route(router: LibraryRouter, query: str, sources: Sequence[LibrarySource]) -> list[LibrarySource]:
+def route(
+    router: LibraryRouter,
+    query: str,
+    sources: Sequence[LibrarySource],
+    *,
+    failures: list[str] | None = None,
+) -> list[LibrarySource]:
     """The sources ``router`` picks for ``query``, in its order; every source when it gives no usable
-    answer."""
+    answer (a router that raises: its error is appended to ``failures``)."""
     by_id = {s.library_id: s for s in sources}
     try:
         chosen = router.route(
@@ -104,6 +113,8 @@ def route(router: LibraryRouter, query: str, sources: Sequence[LibrarySource]) -
         )
     except Exception as exc:
         log.warning("library routing failed (%s); searching every library", exc)
+        if failures is not None:
+            failures.append(f"{type(exc).__name__}: {exc}")
         return list(sources)
     picked = [by_id[i] for i in dict.fromkeys(chosen or []) if i in by_id]
     return picked or list(sources)

@@ -541,6 +541,14 @@ class RetrieveRequest(_message.Message):
     RERANK_TOP_N_FIELD_NUMBER: _builtins.int
     EXPANSION_FIELD_NUMBER: _builtins.int
     RAPTOR_GRANULARITY_FIELD_NUMBER: _builtins.int
+    QUERY_TRANSFORM_FIELD_NUMBER: _builtins.int
+    DECOMPOSE_FIELD_NUMBER: _builtins.int
+    ADAPTIVE_FIELD_NUMBER: _builtins.int
+    CORRECTIVE_FIELD_NUMBER: _builtins.int
+    POSTPROCESSOR_FIELD_NUMBER: _builtins.int
+    JUDGE_FIELD_NUMBER: _builtins.int
+    LIBRARY_ROUTER_FIELD_NUMBER: _builtins.int
+    FILTER_EXTRACTOR_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The question text (non-empty)."""
     combine: Global___FilterCombine.ValueType
@@ -560,6 +568,33 @@ class RetrieveRequest(_message.Message):
     raptor_granularity: _builtins.str
     """RAPTOR: "" = off (leaves only, the default); "all" = leaves fused with cluster summaries; "summaries"
     = summaries only; "leaves" = leaves only. Summaries are is_synthesis snippets and never citable.
+    """
+    query_transform: _builtins.str
+    """Opt-in query-time stages. For each: "" = the server's default (RAGSPINE_QUERY_TRANSFORM,
+    RAGSPINE_QUERY_DECOMPOSE, RAGSPINE_ADAPTIVE, RAGSPINE_CORRECTIVE, RAGSPINE_POSTPROCESSOR,
+    RAGSPINE_LISTWISE_JUDGE; off unless configured), "none" = off, otherwise one of the choices the server
+    offers (INVALID_ARGUMENT names them; the LLM-backed ones need the server's RAGSPINE_LLM_* provider).
+    Query transform: "hyde", "rag_fusion", "step_back".
+    """
+    decompose: _builtins.str
+    """Decomposition into sub-questions: "heuristic", "llm"."""
+    adaptive: _builtins.str
+    """Adaptive routing between single-shot and decomposition: "heuristic", "llm"."""
+    corrective: _builtins.str
+    """Corrective grade -> act loop: "on". The request's filters are never dropped by it."""
+    postprocessor: _builtins.str
+    """Post-retrieval chain, comma list: "mmr", "lost_in_middle", "compression"."""
+    judge: _builtins.str
+    """LLM listwise judge over the final snippets: "listwise"."""
+    library_router: _builtins.str
+    """Library routing when `libraries` is empty: "" = the server's RAGSPINE_LIBRARY_ROUTER, "none" = every
+    library the caller may read, "keyword" (descriptions / ids sharing the question's words), "llm" (the
+    server's model picks; a failure searches every library, flagged "route" in `degraded`).
+    """
+    filter_extractor: _builtins.str
+    """Filters read from the question, ANDed with `filters` (they only narrow): "" / "none" = none beyond
+    the library's own RAGSPINE_FILTER_EXTRACTOR, "controlled_vocab", "llm" (values only from the domain
+    profile's vocabulary; a failing model adds no filter, flagged "filter_extractor" in `degraded`).
     """
     @_builtins.property
     def libraries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -582,14 +617,178 @@ class RetrieveRequest(_message.Message):
         rerank_top_n: _builtins.int = ...,
         expansion: _builtins.str = ...,
         raptor_granularity: _builtins.str = ...,
+        query_transform: _builtins.str = ...,
+        decompose: _builtins.str = ...,
+        adaptive: _builtins.str = ...,
+        corrective: _builtins.str = ...,
+        postprocessor: _builtins.str = ...,
+        judge: _builtins.str = ...,
+        library_router: _builtins.str = ...,
+        filter_extractor: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["combine", b"combine", "expansion", b"expansion", "filters", b"filters", "libraries", b"libraries", "mode", b"mode", "query", b"query", "raptor_granularity", b"raptor_granularity", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive", b"adaptive", "combine", b"combine", "corrective", b"corrective", "decompose", b"decompose", "expansion", b"expansion", "filter_extractor", b"filter_extractor", "filters", b"filters", "judge", b"judge", "libraries", b"libraries", "library_router", b"library_router", "mode", b"mode", "postprocessor", b"postprocessor", "query", b"query", "query_transform", b"query_transform", "raptor_granularity", b"raptor_granularity", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RetrieveRequest: _TypeAlias = RetrieveRequest  # noqa: Y015
+
+@_typing.final
+class RefusedVariant(_message.Message):
+    """A generated query variant the security gate refused, and the external entity it named."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXT_FIELD_NUMBER: _builtins.int
+    EXTERNAL_ENTITY_FIELD_NUMBER: _builtins.int
+    text: _builtins.str
+    """The generated text that was not retrieved with."""
+    external_entity: _builtins.str
+    """The external entity it named."""
+    def __init__(
+        self,
+        *,
+        text: _builtins.str = ...,
+        external_entity: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["external_entity", b"external_entity", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RefusedVariant: _TypeAlias = RefusedVariant  # noqa: Y015
+
+@_typing.final
+class StageAction(_message.Message):
+    """One step of the corrective loop: the grade of a retrieval, its snippet count, and what was done."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTION_FIELD_NUMBER: _builtins.int
+    GRADE_FIELD_NUMBER: _builtins.int
+    SNIPPET_COUNT_FIELD_NUMBER: _builtins.int
+    action: _builtins.str
+    """What was done after grading: "accept", "drop_filters", "rewrite", "refuse"."""
+    grade: _builtins.float
+    """The grade of the retrieval that was judged (0..1)."""
+    snippet_count: _builtins.int
+    """How many snippets that retrieval had."""
+    def __init__(
+        self,
+        *,
+        action: _builtins.str = ...,
+        grade: _builtins.float = ...,
+        snippet_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "grade", b"grade", "snippet_count", b"snippet_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StageAction: _TypeAlias = StageAction  # noqa: Y015
+
+@_typing.final
+class QueryStageReport(_message.Message):
+    """What one opt-in query-time stage did for this request."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TimingsMsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    VARIANTS_TRIED_FIELD_NUMBER: _builtins.int
+    VARIANTS_REFUSED_FIELD_NUMBER: _builtins.int
+    ACTIONS_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
+    LLM_CALLS_FIELD_NUMBER: _builtins.int
+    LLM_FAILURES_FIELD_NUMBER: _builtins.int
+    DEADLINE_HIT_FIELD_NUMBER: _builtins.int
+    DEGRADED_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    TIMINGS_MS_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    """"hyde", "rag_fusion", "step_back", "decompose", "corrective", "postprocess", "judge"."""
+    route: _builtins.str
+    """Adaptive route taken ("single" / "decomposed"), when the stage routes."""
+    llm_calls: _builtins.int
+    """LLM calls this stage made for the request."""
+    llm_failures: _builtins.int
+    """Of those, the ones that gave no usable answer (error, garbage, deadline)."""
+    deadline_hit: _builtins.bool
+    """An LLM call ran into the caller's deadline."""
+    degraded: _builtins.bool
+    """The stage fell back to the plain path (error says why); the answer is still valid."""
+    refused: _builtins.bool
+    """The corrective loop refused weak context."""
+    error: _builtins.str
+    """Why the stage degraded ("" when it did not)."""
+    @_builtins.property
+    def variants_tried(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Generated texts retrieved with (the original query is not listed; HyDE's probe is never a snippet)."""
+
+    @_builtins.property
+    def variants_refused(self) -> _containers.RepeatedCompositeFieldContainer[Global___RefusedVariant]:
+        """Generated texts the security gate refused (never retrieved with), with its verdicts."""
+
+    @_builtins.property
+    def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___StageAction]:
+        """The corrective loop's grade -> action steps."""
+
+    @_builtins.property
+    def timings_ms(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The stage's own timings in milliseconds."""
+
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Post-retrieval steps applied, in order (postprocess), or the filter conditions read (filter_extractor)."""
+
+    def __init__(
+        self,
+        *,
+        stage: _builtins.str = ...,
+        variants_tried: _abc.Iterable[_builtins.str] | None = ...,
+        variants_refused: _abc.Iterable[Global___RefusedVariant] | None = ...,
+        actions: _abc.Iterable[Global___StageAction] | None = ...,
+        route: _builtins.str = ...,
+        llm_calls: _builtins.int = ...,
+        llm_failures: _builtins.int = ...,
+        deadline_hit: _builtins.bool = ...,
+        degraded: _builtins.bool = ...,
+        refused: _builtins.bool = ...,
+        error: _builtins.str = ...,
+        timings_ms: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        steps: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "deadline_hit", b"deadline_hit", "degraded", b"degraded", "error", b"error", "llm_calls", b"llm_calls", "llm_failures", b"llm_failures", "refused", b"refused", "route", b"route", "stage", b"stage", "steps", b"steps", "timings_ms", b"timings_ms", "variants_refused", b"variants_refused", "variants_tried", b"variants_tried"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueryStageReport: _TypeAlias = QueryStageReport  # noqa: Y015
 
 @_typing.final
 class Scores(_message.Message):
@@ -837,6 +1036,7 @@ class RetrieveResponse(_message.Message):
     PARTIAL_FIELD_NUMBER: _builtins.int
     PENDING_VECTORS_FIELD_NUMBER: _builtins.int
     FILTER_FIELDS_FIELD_NUMBER: _builtins.int
+    STAGES_FIELD_NUMBER: _builtins.int
     partial: _builtins.bool
     """True when some candidate chunks had no vectors yet (ingested, still being embedded): they were
     ranked by the lexical channel only. The answer is complete otherwise; not a failure.
@@ -859,6 +1059,10 @@ class RetrieveResponse(_message.Message):
     def filter_fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___FilterFieldReport]:
         """Per filtered field, how many candidate documents lacked it (empty when the request had no filters)."""
 
+    @_builtins.property
+    def stages(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueryStageReport]:
+        """One report per opt-in query-time stage that ran, innermost first (empty when none was selected)."""
+
     def __init__(
         self,
         *,
@@ -868,10 +1072,11 @@ class RetrieveResponse(_message.Message):
         partial: _builtins.bool = ...,
         pending_vectors: _builtins.int = ...,
         filter_fields: _abc.Iterable[Global___FilterFieldReport] | None = ...,
+        stages: _abc.Iterable[Global___QueryStageReport] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "filter_fields", b"filter_fields", "partial", b"partial", "pending_vectors", b"pending_vectors", "snippets", b"snippets", "timings", b"timings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "filter_fields", b"filter_fields", "partial", b"partial", "pending_vectors", b"pending_vectors", "snippets", b"snippets", "stages", b"stages", "timings", b"timings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -7,8 +7,10 @@ from dataclasses import dataclass, replace
 
 import grpc
 
+from ragspine.agent.pipeline_stages import QueryStageMenu
 from ragspine.retrieval.assembly import resolve_embedding, resolve_reranker, resolve_sparse
 from ragspine.retrieval.lexical.types import EmbeddingBackend
+from ragspine.retrieval.link.providers import make_llm_provider
 from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.settings import Settings
@@ -125,6 +127,7 @@ def start_front(
         default_mode=parts.default_mode,
         reranker_name=parts.reranker_name,
         remote_worker=parts.worker is not None,
+        query_stages=QueryStageMenu.from_settings(settings, provider=make_llm_provider(settings=settings)),
     )
     structured = parts.structured
 

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 import ragspine
+from ragspine.agent.pipeline_stages import QueryStageMenu, run_query_stages
 from ragspine.ingest.limits import IngestLimits, LimitExceededError
 from ragspine.models.describe import describe_model
 from ragspine.retrieval.chunking.factory import make_chunker
@@ -55,6 +56,7 @@ from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine_services.front import convert
 from ragspine_services.front.filter_report import filter_report
 from ragspine_services.front.libraries import Library, LibraryCatalog, check_library_id
+from ragspine_services.front.stage_convert import stage_options, stage_report_message
 
 _LOG = logging.getLogger("ragspine_services.front")
 
@@ -106,8 +108,12 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         default_mode: str = "lexical",
         reranker_name: str = "",
         remote_worker: bool = False,
+        query_stages: QueryStageMenu | None = None,
     ) -> None:
         self.catalog = catalog
+        # The opt-in query-time stages and library routers this server offers, and its defaults
+        # (RAGSPINE_QUERY_*, RAGSPINE_LIBRARY_ROUTER, ...; all off by default).
+        self.query_stages = query_stages or QueryStageMenu()
         self.limits = limits or FrontLimits()
         self.default_mode = default_mode
         self.reranker_name = reranker_name
@@ -353,8 +359,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             libraries = [
                 self._raptor_source(library, mode, granularity, expansion, mfilter) for library in libraries
             ]
+        options = stage_options(request)
+        self.query_stages.resolve(options)  # an unoffered choice is INVALID_ARGUMENT before any work
+        # The router only narrows a request that names no libraries.
+        router = self.query_stages.router(request.library_router)
+        router = None if request.libraries else router
         remaining = context.time_remaining()
-        report = RetrievalPipeline(libraries, deadline_scope=call_deadline).run(
+        staged = run_query_stages(
+            RetrievalPipeline(libraries, router=router, deadline_scope=call_deadline),
             RetrieveRequest(
                 query,
                 filters=mfilter,
@@ -364,9 +376,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 rerank_top_n=request.rerank_top_n or None,
                 deadline=None if remaining is None else time.monotonic() + remaining,
                 expansion=expansion,
-            )
+            ),
+            self.query_stages,
+            options,
         )
-        return self._respond(report, started, mfilter)
+        response = self._respond(staged.report, started, mfilter)
+        response.stages.extend(stage_report_message(s) for s in staged.stages)
+        return response
 
     def _raptor_source(
         self, library: Library, mode: str, granularity: str, expansion: str, mfilter: Any
