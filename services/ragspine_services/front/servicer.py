@@ -28,11 +28,14 @@ from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.indexing.ledger import model_id
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.pipeline import (
+    DEFAULT_MIN_RELEVANCE,
     IngestDocument,
+    RelevanceStage,
     RetrievalPipeline,
     RetrieveReport,
     RetrieveRequest,
     RetrieverLibrary,
+    check_min_relevance,
     ingest_documents,
     withdraw_document,
 )
@@ -104,8 +107,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         default_mode: str = "lexical",
         reranker_name: str = "",
         remote_worker: bool = False,
+        min_relevance: float = DEFAULT_MIN_RELEVANCE,
     ) -> None:
         self.catalog = catalog
+        self.min_relevance = check_min_relevance(min_relevance)  # when a request sets none
         self.limits = limits or FrontLimits()
         self.default_mode = default_mode
         self.reranker_name = reranker_name
@@ -351,8 +356,12 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             libraries = [
                 self._raptor_source(library, mode, granularity, expansion, mfilter) for library in libraries
             ]
+        min_relevance = request.min_relevance if request.HasField("min_relevance") else self.min_relevance
+        relevance = RelevanceStage(check_min_relevance(min_relevance))
         remaining = context.time_remaining()
-        report = RetrievalPipeline(libraries, deadline_scope=call_deadline).run(
+        pipeline = RetrievalPipeline(libraries, deadline_scope=call_deadline)
+        pipeline = pipeline.with_stage(relevance, after="exit")
+        report = pipeline.run(
             RetrieveRequest(
                 query,
                 filters=mfilter,
@@ -412,6 +421,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         # Chunks the model channels could not rank yet (their vectors are still being made).
         response.partial = bool(report.partial or report.pending)
         response.pending_vectors = report.pending
+        response.below_min_relevance = report.below_min_relevance
         return response
 
     # ------------------------------------------------------------------ catalog
