@@ -28,7 +28,8 @@ from ragspine.retrieval.pipeline.stages import PipelineState
 BM25_SCALE = 4.0
 DENSE_FLOOR = 0.2
 DENSE_SPAN = 0.6
-DEFAULT_MIN_RELEVANCE = 0.1
+DEFAULT_MIN_RELEVANCE = 0.0  # off: the default answer stays what it was (plus the relevance numbers)
+RECOMMENDED_MIN_RELEVANCE = 0.1  # drops answers with no lexical and no semantic evidence (see the README)
 
 
 def _sigmoid(x: float) -> float:
