@@ -339,6 +339,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             raise ValueError(f"top_k must be between 1 and {self.limits.max_top_k}, got {request.top_k}")
         if request.rerank_top_n < 0:
             raise ValueError(f"rerank_top_n must be >= 0, got {request.rerank_top_n}")
+        min_relevance = request.min_relevance if request.HasField("min_relevance") else self.min_relevance
+        relevance = RelevanceStage(check_min_relevance(min_relevance))
         mfilter = convert.metadata_filter(request.filters, request.combine)
         rerank = self._rerank(request.reranker)
         mode = self._mode(request.mode)
@@ -356,8 +358,6 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             libraries = [
                 self._raptor_source(library, mode, granularity, expansion, mfilter) for library in libraries
             ]
-        min_relevance = request.min_relevance if request.HasField("min_relevance") else self.min_relevance
-        relevance = RelevanceStage(check_min_relevance(min_relevance))
         remaining = context.time_remaining()
         pipeline = RetrievalPipeline(libraries, deadline_scope=call_deadline)
         pipeline = pipeline.with_stage(relevance, after="exit")
