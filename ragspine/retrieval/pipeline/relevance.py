@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.pipeline.stages import PipelineState
 
 BM25_SCALE = 4.0
@@ -43,13 +44,73 @@ def _clip01(x: float) -> float:
     return 0.0 if x <= 0.0 or math.isnan(x) else 1.0 if x >= 1.0 else x
 
 
-def calibrated_relevance(scores: Mapping[str, Any], *, rank: int = 0) -> float:
-    """The 0-1 relevance of one snippet from its ``scores`` dict (see the module docstring)."""
+# English function words: BM25's idf makes them nearly weightless, so coverage ignores them too.
+STOPWORDS = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "their",
+        "this",
+        "to",
+        "was",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    }
+)
+
+
+def query_terms(query: str) -> frozenset[str]:
+    """The query's distinct content terms (BM25's tokenizer, English function words left out)."""
+    return frozenset(t for t in tokenize(query) if t not in STOPWORDS)
+
+
+def query_coverage(terms: frozenset[str], text: str) -> float:
+    """Share of ``terms`` (see :func:`query_terms`) that occur in ``text``; 1.0 when there are none."""
+    if not terms:
+        return 1.0
+    return len(terms & set(tokenize(text))) / len(terms)
+
+
+def calibrated_relevance(scores: Mapping[str, Any], *, rank: int = 0, coverage: float = 1.0) -> float:
+    """The 0-1 relevance of one snippet from its ``scores`` dict (see the module docstring); ``coverage``
+    is :func:`query_coverage` of the snippet (scales the lexical evidence)."""
     rerank = scores.get("rerank")
     if rerank is not None:
         return _clip01(_sigmoid(float(rerank)))
     lexical = max(float(scores.get("bm25") or 0.0), float(scores.get("sparse") or 0.0))
-    lex = 1.0 - math.exp(-lexical / BM25_SCALE) if lexical > 0 else 0.0
+    lex = (1.0 - math.exp(-lexical / BM25_SCALE)) * coverage if lexical > 0 else 0.0
     dense = _clip01((float(scores.get("vector") or 0.0) - DENSE_FLOOR) / DENSE_SPAN)
     best = max(lex, dense)
     if best == 0.0 and scores.get("visual") is not None:
@@ -79,11 +140,18 @@ class RelevanceStage:
     def run(self, state: PipelineState) -> None:
         ceiling = 1.0
         kept: list[dict[str, Any]] = []
+        terms = query_terms(state.query)
         for rank, snippet in enumerate(state.snippets):
-            value = min(ceiling, calibrated_relevance(snippet.get("scores") or {}, rank=rank))
+            scores = snippet.get("scores") or {}
+            coverage = 1.0
+            if scores.get("rerank") is None and (scores.get("bm25") or scores.get("sparse")):
+                text = f"{snippet.get('title') or ''}\n{snippet.get('text') or ''}"
+                coverage = query_coverage(terms, text)
+            # Rounded before the comparison: the threshold applies to the number the caller sees.
+            value = round(min(ceiling, calibrated_relevance(scores, rank=rank, coverage=coverage)), 6)
             ceiling = value
             if value < self.min_relevance:
                 state.below_min_relevance += 1
                 continue
-            kept.append({**snippet, "relevance": round(value, 6)})
+            kept.append({**snippet, "relevance": value})
         state.snippets = kept
