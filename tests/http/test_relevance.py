@@ -25,6 +25,9 @@ from ragspine.retrieval.pipeline import (
 from ragspine.retrieval.pipeline.relevance import RECOMMENDED_MIN_RELEVANCE, query_coverage, query_terms
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
 from ragspine.samples import sample_documents
+from ragspine_client import RetrievalClient
+from tests.http.conftest import InProcess
+from tests.http.helpers import ADMIN, META_DOCS, call
 
 SCIFACT = Path("/work/shared/data/scifact")
 UNRELATED = "board restructuring layoffs"  # the board minutes are RESTRICTED: nothing else is about this
@@ -169,3 +172,17 @@ def test_scifact_relevance_carries_signal(tmp_path: Path) -> None:
     assert max(probe_top) < judged_top[len(judged_top) // 2], (probe_top, judged_top)
     # ... and the recommended threshold keeps the relevant hits the top 10 holds.
     assert found >= 50 and kept >= 0.95 * found, (found, kept)
+
+
+def test_client_carries_relevance_and_min_relevance(front: InProcess) -> None:
+    call(front.base, "POST", "/v1/ingest", {"library": "lib-a", "documents": META_DOCS})
+    with RetrievalClient(front.grpc_address, token=ADMIN, timeout_s=10) as client:
+        everything = client.retrieve("harvesting robots greenhouses humidity", min_relevance=0.0)
+        values = [s.relevance for s in everything.snippets]
+        assert values and all(0 < v <= 1 for v in values[:1]) and values == sorted(values, reverse=True)
+        cut = sorted(set(values))[len(set(values)) // 2]
+        narrowed = client.retrieve("harvesting robots greenhouses humidity", min_relevance=cut)
+        assert [s.relevance for s in narrowed.snippets] == [v for v in values if v >= cut]
+        assert narrowed.below_min_relevance == len(values) - len(narrowed.snippets) > 0
+        unrelated = client.retrieve("quantum chromodynamics lattice", min_relevance=0.1)
+        assert unrelated.snippets == []
