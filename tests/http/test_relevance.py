@@ -29,7 +29,6 @@ from ragspine_client import RetrievalClient
 from tests.http.conftest import InProcess
 from tests.http.helpers import ADMIN, META_DOCS, call
 
-SCIFACT = Path("/work/shared/data/scifact")
 UNRELATED = "board restructuring layoffs"  # the board minutes are RESTRICTED: nothing else is about this
 
 
@@ -138,9 +137,8 @@ def test_monotone_check_catches_a_stage_without_the_ceiling() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SCIFACT / "corpus.jsonl").exists(), reason="SciFact is not under /work/shared/data")
-def test_scifact_relevance_carries_signal(tmp_path: Path) -> None:
-    data = load_beir(SCIFACT)
+def test_scifact_relevance_carries_signal(tmp_path: Path, shared_data: Path) -> None:
+    data = load_beir(shared_data / "scifact")
     store = ChunkStore(tmp_path / "scifact.db")
     index = NarrativeIndex(store)
     index.ingest_many((d.text, DocumentMeta(doc_id=d.doc_id, title=d.title)) for d in data.corpus)
