@@ -156,3 +156,26 @@ def test_status_table_covers_every_grpc_code() -> None:
     assert HTTP_STATUS[grpc.StatusCode.NOT_FOUND] == 404
     assert HTTP_STATUS[grpc.StatusCode.RESOURCE_EXHAUSTED] == 429
     assert HTTP_STATUS[grpc.StatusCode.UNAVAILABLE] == 503
+
+
+def test_bad_stream_and_upload_bodies(front: InProcess) -> None:
+    good = json.dumps({"library": "lib-a", "document": META_DOCS[0]}).encode()
+    status, body = call(
+        front.base, "POST", "/v1/ingest_stream", raw=good + b"\n{broken", content_type="application/x-ndjson"
+    )
+    assert (status, body["code"]) == (400, "INVALID_ARGUMENT") and "line 2" in body["message"]
+    boundary = uuid.uuid4().hex
+    empty_form = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="note"\r\n\r\nhi\r\n--{boundary}--\r\n'
+    )
+    status, body = call(
+        front.base,
+        "POST",
+        "/v1/libraries/lib-a/upload",
+        raw=empty_form.encode(),
+        content_type=f"multipart/form-data; boundary={boundary}",
+    )
+    assert (status, body["code"]) == (400, "INVALID_ARGUMENT") and "file" in body["message"]
+    # An invalid library id is refused before anything is written.
+    status, body = call(front.base, "POST", "/v1/ingest", {"library": "../etc", "documents": META_DOCS[:1]})
+    assert (status, body["code"]) == (400, "INVALID_ARGUMENT")
