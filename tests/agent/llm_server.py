@@ -89,7 +89,7 @@ class ScriptedLLMServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._httpd.block_on_close = False  # type: ignore[attr-defined]
+        self._httpd.block_on_close = False
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
