@@ -21,7 +21,7 @@ COPY clients/ clients/
 # psycopg alone, not the [postgres] extra: in a cluster the database is external, no bundled server needed.
 RUN pip install grpcio-tools==1.85.1 mypy-protobuf==5.1.0 \
     && python services/ragspine_services/gen_protos.py && python clients/python/sync_stubs.py \
-    && pip install "/src[service,models,tracing,facts]" "psycopg[binary]==3.3.9" \
+    && pip install "/src[service,http,models,tracing,facts,qdrant]" "psycopg[binary]==3.3.9" \
     && pip uninstall -y grpcio-tools mypy-protobuf
 
 FROM ${PYTHON_IMAGE}

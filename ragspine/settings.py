@@ -125,6 +125,8 @@ class Settings:
     front_port: int = 50051
     worker_port: int = 50052
     metrics_port: int = 0  # 0 = no Prometheus endpoint
+    http_port: int = 0  # HTTP face (Dify /retrieval, REST, /openapi.json) on the front's host; 0 = off
+    min_relevance: float = 0.0  # Retrieve drops snippets below this relevance unless it sets its own
     metrics_host: str = ""  # address the metrics endpoint binds; empty = the same as ``host``
     otlp_endpoint: str = ""  # OpenTelemetry collector (http://host:4317 or https://...); empty = no tracing
     worker_address: str = ""  # host:port of the model worker; empty = in-process models (laptop mode)

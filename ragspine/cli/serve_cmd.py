@@ -1,4 +1,4 @@
-"""``ragspine serve front|worker|all``: run the gRPC services.
+"""``ragspine serve front|worker|all``: run the gRPC services (and the front's HTTP face with --http-port).
 
 ``all`` is laptop mode: one process, CPU, SQLite under ``--data-dir``, models in-process (no worker).
 Settings come from ``RAGSPINE_*`` variables; flags given here win.
@@ -20,6 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--worker-address", default=None, help="host:port of the model worker (front only)")
     parser.add_argument("--metrics-port", type=int, default=None, help="Prometheus port (0 = off)")
     parser.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="HTTP port: Dify /retrieval, REST /v1/..., /openapi.json (RAGSPINE_HTTP_PORT; 0 = off)",
+    )
+    parser.add_argument(
         "--metrics-host",
         default=None,
         help="address the Prometheus endpoint binds (RAGSPINE_METRICS_HOST; default: the --host address)",
@@ -38,6 +44,7 @@ def _run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         worker_address=args.worker_address,
         metrics_port=args.metrics_port,
+        http_port=args.http_port,
         metrics_host=args.metrics_host,
         **{port_field: args.port},
     )

@@ -102,6 +102,7 @@ def retrieve_request(
     top_k: int = 0,
     reranker: str = "",
     rerank_top_n: int = 0,
+    min_relevance: float | None = None,
 ) -> pb.RetrieveRequest:
     if combine.lower() not in ("and", "or"):
         raise ValueError(f"combine must be 'and' or 'or', got {combine!r}")
@@ -116,6 +117,7 @@ def retrieve_request(
         top_k=top_k,
         reranker=reranker,
         rerank_top_n=rerank_top_n,
+        min_relevance=min_relevance,
     )
 
 

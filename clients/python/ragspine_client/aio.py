@@ -88,6 +88,7 @@ class AsyncRetrievalClient:
         top_k: int = 0,
         reranker: str = "",
         rerank_top_n: int = 0,
+        min_relevance: float | None = None,
         timeout_s: float | None = None,
     ) -> RetrieveResult:
         request = retrieve_request(
@@ -99,6 +100,7 @@ class AsyncRetrievalClient:
             top_k=top_k,
             reranker=reranker,
             rerank_top_n=rerank_top_n,
+            min_relevance=min_relevance,
         )
         return RetrieveResult.from_proto(await self._call(self._stub.Retrieve, request, timeout_s))
 

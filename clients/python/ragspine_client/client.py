@@ -109,6 +109,7 @@ class RetrievalClient:
         top_k: int = 0,
         reranker: str = "",
         rerank_top_n: int = 0,
+        min_relevance: float | None = None,
         timeout_s: float | None = None,
     ) -> RetrieveResult:
         """Snippets answering ``query`` from ``libraries`` (default: all the token may read)."""
@@ -121,6 +122,7 @@ class RetrievalClient:
             top_k=top_k,
             reranker=reranker,
             rerank_top_n=rerank_top_n,
+            min_relevance=min_relevance,
         )
         return RetrieveResult.from_proto(self._call(self._stub.Retrieve, lambda: request, timeout_s))
 

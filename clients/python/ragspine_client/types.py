@@ -181,6 +181,7 @@ class Snippet:
     is_synthesis: bool = False
     source_doc_ids: list[str] = field(default_factory=list)
     source_locators: list[str] = field(default_factory=list)
+    relevance: float = 0.0  # calibrated 0-1, non-increasing down the answer
 
     @classmethod
     def from_proto(cls, m: pb.Snippet) -> Snippet:
@@ -195,6 +196,7 @@ class Snippet:
             is_synthesis=m.is_synthesis,
             source_doc_ids=list(m.source_doc_ids),
             source_locators=list(m.source_locators),
+            relevance=m.relevance,
             **{n: getattr(m, n) for n in strings},
         )
 
@@ -220,6 +222,7 @@ class RetrieveResult:
     raw: pb.RetrieveResponse = field(repr=False, compare=False)
     partial: bool = False
     pending_vectors: int = 0
+    below_min_relevance: int = 0  # snippets dropped as below min_relevance
 
     @classmethod
     def from_proto(cls, m: pb.RetrieveResponse) -> RetrieveResult:
@@ -233,6 +236,7 @@ class RetrieveResult:
             raw=m,
             partial=m.partial,
             pending_vectors=m.pending_vectors,
+            below_min_relevance=m.below_min_relevance,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,6 +12,12 @@ from ragspine.retrieval.pipeline.ingest import (
     withdraw_document,
 )
 from ragspine.retrieval.pipeline.pipeline import DeadlineScope, RetrievalPipeline
+from ragspine.retrieval.pipeline.relevance import (
+    DEFAULT_MIN_RELEVANCE,
+    RelevanceStage,
+    calibrated_relevance,
+    check_min_relevance,
+)
 from ragspine.retrieval.pipeline.report import RetrieveReport
 from ragspine.retrieval.pipeline.request import MODES, RetrieveRequest
 from ragspine.retrieval.pipeline.snippets import to_snippet
@@ -24,6 +30,7 @@ from ragspine.retrieval.pipeline.sources import (
 from ragspine.retrieval.pipeline.stages import PipelineState, SnippetPostprocessor, Stage, default_stages
 
 __all__ = [
+    "DEFAULT_MIN_RELEVANCE",
     "MODES",
     "DeadlineScope",
     "IndexLibrary",
@@ -34,6 +41,7 @@ __all__ = [
     "LibrarySource",
     "NarrativeRetriever",
     "PipelineState",
+    "RelevanceStage",
     "RetrievalPipeline",
     "RetrieveReport",
     "RetrieveRequest",
@@ -41,6 +49,8 @@ __all__ = [
     "SnippetPostprocessor",
     "Stage",
     "WithdrawOutcome",
+    "calibrated_relevance",
+    "check_min_relevance",
     "default_stages",
     "ingest_documents",
     "replace_document",

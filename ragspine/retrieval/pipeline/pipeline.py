@@ -110,4 +110,5 @@ class RetrievalPipeline:
             libraries=tuple(s.library_id for s in state.sources),
             retried_without_filters=state.retried_without_filters,
             restricted_dropped=state.restricted_dropped,
+            below_min_relevance=state.below_min_relevance,
         )

@@ -16,7 +16,8 @@ class RetrieveReport:
     aggregated from the per-library reports that carry them (chunks still waiting for a channel's data).
     ``timings_ms``: the pipeline's stages plus the libraries' own stage timings (summed over libraries).
     ``restricted_dropped``: RESTRICTED snippets the final exit had to drop (always 0 when the earlier
-    exits work; anything else is logged as an error).
+    exits work; anything else is logged as an error). ``below_min_relevance``: snippets a relevance stage
+    dropped as below its threshold.
     """
 
     snippets: list[dict[str, Any]]
@@ -28,3 +29,4 @@ class RetrieveReport:
     libraries: tuple[str, ...] = ()
     retried_without_filters: bool = False
     restricted_dropped: int = 0
+    below_min_relevance: int = 0

@@ -59,6 +59,7 @@ class PipelineState:
     pending: int = 0
     retried_without_filters: bool = False
     restricted_dropped: int = 0
+    below_min_relevance: int = 0
 
     def degrade(self, stage: str, error: str) -> None:
         if stage not in self.degraded:

@@ -541,6 +541,7 @@ class RetrieveRequest(_message.Message):
     RERANK_TOP_N_FIELD_NUMBER: _builtins.int
     EXPANSION_FIELD_NUMBER: _builtins.int
     RAPTOR_GRANULARITY_FIELD_NUMBER: _builtins.int
+    MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     QUERY_TRANSFORM_FIELD_NUMBER: _builtins.int
     DECOMPOSE_FIELD_NUMBER: _builtins.int
     ADAPTIVE_FIELD_NUMBER: _builtins.int
@@ -568,6 +569,10 @@ class RetrieveRequest(_message.Message):
     raptor_granularity: _builtins.str
     """RAPTOR: "" = off (leaves only, the default); "all" = leaves fused with cluster summaries; "summaries"
     = summaries only; "leaves" = leaves only. Summaries are is_synthesis snippets and never citable.
+    """
+    min_relevance: _builtins.float
+    """Drop snippets whose calibrated relevance (0-1, see Snippet.relevance) is below this; unset = the
+    server's default (RAGSPINE_MIN_RELEVANCE); 0 = keep every snippet.
     """
     query_transform: _builtins.str
     """Opt-in query-time stages. For each: "" = the server's default (RAGSPINE_QUERY_TRANSFORM,
@@ -617,6 +622,7 @@ class RetrieveRequest(_message.Message):
         rerank_top_n: _builtins.int = ...,
         expansion: _builtins.str = ...,
         raptor_granularity: _builtins.str = ...,
+        min_relevance: _builtins.float | None = ...,
         query_transform: _builtins.str = ...,
         decompose: _builtins.str = ...,
         adaptive: _builtins.str = ...,
@@ -626,11 +632,13 @@ class RetrieveRequest(_message.Message):
         library_router: _builtins.str = ...,
         filter_extractor: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "min_relevance", b"min_relevance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive", b"adaptive", "combine", b"combine", "corrective", b"corrective", "decompose", b"decompose", "expansion", b"expansion", "filter_extractor", b"filter_extractor", "filters", b"filters", "judge", b"judge", "libraries", b"libraries", "library_router", b"library_router", "mode", b"mode", "postprocessor", b"postprocessor", "query", b"query", "query_transform", b"query_transform", "raptor_granularity", b"raptor_granularity", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "adaptive", b"adaptive", "combine", b"combine", "corrective", b"corrective", "decompose", b"decompose", "expansion", b"expansion", "filter_extractor", b"filter_extractor", "filters", b"filters", "judge", b"judge", "libraries", b"libraries", "library_router", b"library_router", "min_relevance", b"min_relevance", "mode", b"mode", "postprocessor", b"postprocessor", "query", b"query", "query_transform", b"query_transform", "raptor_granularity", b"raptor_granularity", "rerank_top_n", b"rerank_top_n", "reranker", b"reranker", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__min_relevance: _TypeAlias = _typing.Literal["min_relevance"]  # noqa: Y015
+    _WhichOneofArgType__min_relevance: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_relevance) -> _WhichOneofReturnType__min_relevance | None: ...
 
 Global___RetrieveRequest: _TypeAlias = RetrieveRequest  # noqa: Y015
 
@@ -904,6 +912,7 @@ class Snippet(_message.Message):
     SOURCE_DOC_IDS_FIELD_NUMBER: _builtins.int
     SOURCE_LOCATORS_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """The passage; always a contiguous substring of the source document."""
     doc_id: _builtins.str
@@ -941,6 +950,10 @@ class Snippet(_message.Message):
     is_synthesis: _builtins.bool
     """True for a RAPTOR summary: context for a prompt, never a citable fact (doc_id and source_locator are
     empty; source_doc_ids and source_locators carry the provenance of every passage it summarises).
+    """
+    relevance: _builtins.float
+    """Calibrated relevance in 0-1, non-increasing down the answer: the reranker's probability when it ran,
+    otherwise a map of the lexical (BM25) and dense (cosine) evidence (see the README).
     """
     @_builtins.property
     def scores(self) -> Global___Scores:
@@ -983,10 +996,11 @@ class Snippet(_message.Message):
         source_doc_ids: _abc.Iterable[_builtins.str] | None = ...,
         source_locators: _abc.Iterable[_builtins.str] | None = ...,
         metadata: _abc.Mapping[_builtins.str, Global___MetadataValue] | None = ...,
+        relevance: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scores", b"scores"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "doc_id", b"doc_id", "entity", b"entity", "geography", b"geography", "heading", b"heading", "is_synthesis", b"is_synthesis", "is_visual", b"is_visual", "language", b"language", "library_id", b"library_id", "metadata", b"metadata", "parent_id", b"parent_id", "parent_locator", b"parent_locator", "period", b"period", "prompt_text", b"prompt_text", "scores", b"scores", "sensitivity", b"sensitivity", "source_doc_ids", b"source_doc_ids", "source_locator", b"source_locator", "source_locators", b"source_locators", "text", b"text", "title", b"title", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "doc_id", b"doc_id", "entity", b"entity", "geography", b"geography", "heading", b"heading", "is_synthesis", b"is_synthesis", "is_visual", b"is_visual", "language", b"language", "library_id", b"library_id", "metadata", b"metadata", "parent_id", b"parent_id", "parent_locator", b"parent_locator", "period", b"period", "prompt_text", b"prompt_text", "relevance", b"relevance", "scores", b"scores", "sensitivity", b"sensitivity", "source_doc_ids", b"source_doc_ids", "source_locator", b"source_locator", "source_locators", b"source_locators", "text", b"text", "title", b"title", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1037,12 +1051,15 @@ class RetrieveResponse(_message.Message):
     PENDING_VECTORS_FIELD_NUMBER: _builtins.int
     FILTER_FIELDS_FIELD_NUMBER: _builtins.int
     STAGES_FIELD_NUMBER: _builtins.int
+    BELOW_MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     partial: _builtins.bool
     """True when some candidate chunks had no vectors yet (ingested, still being embedded): they were
     ranked by the lexical channel only. The answer is complete otherwise; not a failure.
     """
     pending_vectors: _builtins.int
     """How many chunks of the searched libraries were still waiting for vectors when this answer was made."""
+    below_min_relevance: _builtins.int
+    """Snippets dropped because their relevance was below min_relevance (0 = none dropped)."""
     @_builtins.property
     def snippets(self) -> _containers.RepeatedCompositeFieldContainer[Global___Snippet]:
         """Snippets, best first."""
@@ -1073,10 +1090,11 @@ class RetrieveResponse(_message.Message):
         pending_vectors: _builtins.int = ...,
         filter_fields: _abc.Iterable[Global___FilterFieldReport] | None = ...,
         stages: _abc.Iterable[Global___QueryStageReport] | None = ...,
+        below_min_relevance: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "filter_fields", b"filter_fields", "partial", b"partial", "pending_vectors", b"pending_vectors", "snippets", b"snippets", "stages", b"stages", "timings", b"timings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["below_min_relevance", b"below_min_relevance", "degraded", b"degraded", "filter_fields", b"filter_fields", "partial", b"partial", "pending_vectors", b"pending_vectors", "snippets", b"snippets", "stages", b"stages", "timings", b"timings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -55,6 +55,7 @@ class RunningServer:
     health: health.HealthServicer
     service_names: tuple[str, ...]
     gate: DrainGate = field(default_factory=DrainGate)
+    http: Any = None  # the front's HTTP face (``front.http.HttpServer``) when it runs; stopped with gRPC
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def set_serving(self, serving: bool) -> None:
@@ -75,6 +76,8 @@ class RunningServer:
             self.gate.start()
             if not self.gate.wait_idle(deadline):
                 _LOG.warning("grace period over with calls in flight", extra={"calls": self.gate.in_flight})
+        if self.http is not None:
+            self.http.stop(max(0.5, deadline - time.monotonic()))
         self.server.stop(max(0.0, deadline - time.monotonic())).wait()
         self._stopped.set()
 

@@ -315,4 +315,6 @@ def snippet_message(snippet: Mapping[str, Any]) -> retrieval_pb2.Snippet:
     metadata = snippet.get("metadata")
     if isinstance(metadata, Mapping):
         metadata_message(metadata, message.metadata)
+    if snippet.get("relevance") is not None:
+        message.relevance = float(snippet["relevance"])
     return message

@@ -119,8 +119,10 @@ def start_front(
     port: int | None = None,
     authenticator: Authenticator | None = None,
     limits: FrontLimits | None = None,
+    http_port: int | None = None,
 ) -> RunningServer:
-    """Start the front server, load every library on disk, then report SERVING."""
+    """Start the front server (and the HTTP face when ``http_port``, else ``settings.http_port``, is set;
+    -1 = any free port), load every library on disk, then report SERVING."""
     servicer = RetrievalServicer(
         parts.catalog,
         limits=limits or FrontLimits.from_settings(settings),
@@ -128,6 +130,7 @@ def start_front(
         reranker_name=parts.reranker_name,
         remote_worker=parts.worker is not None,
         query_stages=QueryStageMenu.from_settings(settings, provider=make_llm_provider(settings=settings)),
+        min_relevance=settings.min_relevance,
     )
     structured = parts.structured
 
@@ -136,16 +139,29 @@ def start_front(
         if structured is not None:
             structured_pb2_grpc.add_StructuredServiceServicer_to_server(structured, server)
 
+    authenticator = authenticator or front_authenticator(settings)
     running = start_server(
         add_servicers=add_servicers,
         service_names=[SERVICE_NAME, *([STRUCTURED_SERVICE_NAME] if structured is not None else [])],
-        authenticator=authenticator or front_authenticator(settings),
+        authenticator=authenticator,
         host=settings.host if host is None else host,
         port=settings.front_port if port is None else port,
         tls_cert_file=settings.tls_cert_file,
         tls_key_file=settings.tls_key_file,
         max_message_bytes=servicer.limits.max_message_bytes,
     )
+    wanted = settings.http_port if http_port is None else http_port
+    if wanted:
+        # Same servicer, same authenticator: the HTTP face is a second transport, never a second path.
+        from ragspine_services.front.http import build_app, start_http
+
+        running.http = start_http(
+            build_app(servicer, authenticator),
+            host=settings.host if host is None else host,
+            port=max(wanted, 0),
+            tls_cert_file=settings.tls_cert_file,
+            tls_key_file=settings.tls_key_file,
+        )
     loaded = parts.catalog.load_all()
     running.set_serving(True)
     _LOG.info("front serving", extra={"port": running.port, "libraries": loaded, "mode": parts.default_mode})

@@ -30,11 +30,14 @@ from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.indexing.ledger import model_id
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.pipeline import (
+    DEFAULT_MIN_RELEVANCE,
     IngestDocument,
+    RelevanceStage,
     RetrievalPipeline,
     RetrieveReport,
     RetrieveRequest,
     RetrieverLibrary,
+    check_min_relevance,
     ingest_documents,
     withdraw_document,
 )
@@ -109,11 +112,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         reranker_name: str = "",
         remote_worker: bool = False,
         query_stages: QueryStageMenu | None = None,
+        min_relevance: float = DEFAULT_MIN_RELEVANCE,
     ) -> None:
         self.catalog = catalog
         # The opt-in query-time stages and library routers this server offers, and its defaults
         # (RAGSPINE_QUERY_*, RAGSPINE_LIBRARY_ROUTER, ...; all off by default).
         self.query_stages = query_stages or QueryStageMenu()
+        self.min_relevance = check_min_relevance(min_relevance)  # when a request sets none
         self.limits = limits or FrontLimits()
         self.default_mode = default_mode
         self.reranker_name = reranker_name
@@ -342,6 +347,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             raise ValueError(f"top_k must be between 1 and {self.limits.max_top_k}, got {request.top_k}")
         if request.rerank_top_n < 0:
             raise ValueError(f"rerank_top_n must be >= 0, got {request.rerank_top_n}")
+        min_relevance = request.min_relevance if request.HasField("min_relevance") else self.min_relevance
+        relevance = RelevanceStage(check_min_relevance(min_relevance))
         mfilter = convert.metadata_filter(request.filters, request.combine)
         rerank = self._rerank(request.reranker)
         mode = self._mode(request.mode)
@@ -365,8 +372,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         router = self.query_stages.router(request.library_router)
         router = None if request.libraries else router
         remaining = context.time_remaining()
+        pipeline = RetrievalPipeline(libraries, router=router, deadline_scope=call_deadline)
         staged = run_query_stages(
-            RetrievalPipeline(libraries, router=router, deadline_scope=call_deadline),
+            pipeline.with_stage(relevance, after="exit"),
             RetrieveRequest(
                 query,
                 filters=mfilter,
@@ -430,6 +438,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         # Chunks the model channels could not rank yet (their vectors are still being made).
         response.partial = bool(report.partial or report.pending)
         response.pending_vectors = report.pending
+        response.below_min_relevance = report.below_min_relevance
         return response
 
     # ------------------------------------------------------------------ catalog

@@ -1,0 +1,166 @@
+"""HTTP (Dify ``/retrieval`` and REST ``/v1/retrieve``) against gRPC ``Retrieve``, same server, same run.
+
+Ingests SciFact (skipped cleanly when absent: the packaged sample corpus stands in) into a scratch folder,
+starts ``ragspine serve all --http-port`` (lexical, no reranker) as a subprocess on loopback, then sends the
+same questions three ways, each at 1, 8 and 32 concurrent callers (threads, one keep-alive connection or
+one channel each way):
+  grpc Retrieve      RetrievalServiceStub.Retrieve on one channel
+  http /retrieval    Dify External Knowledge API body, http.client keep-alive connection per thread
+  http /v1/retrieve  the REST mapping of RetrieveRequest
+Every call asks top_k=10 with no relevance threshold, so all three return the same snippets. Printed per
+row: p50 / p99 latency (ms), queries/s, errors; and the HTTP p50 cost over gRPC per level.
+
+Usage: python bench/http_vs_grpc.py [--data ../shared/data/scifact] [--queries 300] [--levels 1,8,32]
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import http.client  # noqa: E402
+import json  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+for _path in (REPO_ROOT, REPO_ROOT / "services", REPO_ROOT / "clients" / "python", Path(__file__).parent):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import grpc  # noqa: E402
+from client_vs_stubs import (  # noqa: E402
+    DEFAULT_DATA,
+    LIBRARY,
+    SAMPLE,
+    TOP_K,
+    _free_port,
+    _ingest,
+    _queries,
+    _threaded,
+    _wait_serving,
+)
+
+from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
+
+
+class _Connections:
+    """One keep-alive HTTP connection per calling thread."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._local = threading.local()
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            conn.connect()
+            # As urllib3/requests and httpx do: headers and body go out in two writes, and Nagle's
+            # algorithm would hold the second one for the server's delayed ACK (~40 ms).
+            assert conn.sock is not None
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.request("POST", path, body=json.dumps(body), headers={"content-type": "application/json"})
+        response = conn.getresponse()
+        payload = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{path}: HTTP {response.status} {payload[:200]!r}")
+        return json.loads(payload)
+
+
+def measure(grpc_address: str, http_port: int, queries: list[str], levels: list[int]) -> dict[str, Any]:
+    rows: dict[str, dict[str, Any]] = {}
+    connections = _Connections(http_port)
+    with grpc.insecure_channel(grpc_address) as channel:
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+
+        def via_grpc(query: str) -> Any:
+            request = retrieval_pb2.RetrieveRequest(query=query, libraries=[LIBRARY], top_k=TOP_K)
+            return stub.Retrieve(request, timeout=30)
+
+        def via_dify(query: str) -> Any:
+            return connections.post(
+                "/retrieval",
+                {
+                    "knowledge_id": LIBRARY,
+                    "query": query,
+                    "retrieval_setting": {"top_k": TOP_K, "score_threshold": 0.0},
+                },
+            )
+
+        def via_rest(query: str) -> Any:
+            return connections.post("/v1/retrieve", {"query": query, "libraries": [LIBRARY], "top_k": TOP_K})
+
+        calls: dict[str, Callable[[str], Any]] = {
+            "grpc Retrieve": via_grpc,
+            "http /retrieval": via_dify,
+            "http /v1/retrieve": via_rest,
+        }
+        for level in levels:
+            for label, call in calls.items():
+                rows[f"{label} c={level}"] = _threaded(call, queries, level)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a BEIR folder (default SciFact)")
+    parser.add_argument("--queries", type=int, default=300, help="queries per measurement")
+    parser.add_argument("--levels", default="1,8,32", help="concurrency levels")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    data: Path | None = args.data if (args.data / "corpus.jsonl").is_file() else None
+    if data is None:
+        print(f"{args.data} has no corpus.jsonl: using the packaged sample corpus", file=sys.stderr)
+    queries = _queries(data, args.queries)
+    levels = [int(x) for x in args.levels.split(",")]
+    with tempfile.TemporaryDirectory(prefix="ragspine-bench-") as tmp:
+        data_dir = Path(tmp)
+        ingest_s = _ingest(data, data_dir)
+        print(f"ingested {data or SAMPLE} in {ingest_s:.1f} s", file=sys.stderr)
+        grpc_port, http_port = _free_port(), _free_port()
+        env = {
+            **os.environ,
+            "RAGSPINE_DATA_DIR": str(data_dir),
+            "RAGSPINE_RETRIEVAL_MODE": "economy",
+            "RAGSPINE_RERANKER": "none",
+        }
+        log = (data_dir / "server.log").open("wb")
+        command = ["serve", "all", "--port", str(grpc_port), "--http-port", str(http_port)]
+        server = subprocess.Popen(
+            [sys.executable, "-m", "ragspine", *command], env=env, stdout=log, stderr=log
+        )
+        try:
+            address = f"127.0.0.1:{grpc_port}"
+            _wait_serving(address)
+            rows = measure(address, http_port, queries, levels)
+        finally:
+            server.terminate()
+            server.wait(30)
+            log.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(
+        f"\n{'SciFact' if data else 'sample corpus'}: {len(queries)} queries per row, top_k={TOP_K}, lexical"
+    )
+    print(f"{'':26}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}")
+    for label, row in rows.items():
+        print(f"{label:26}{row['p50_ms']:9.2f}{row['p99_ms']:9.2f}{row['qps']:9.1f}{row['errors']:8d}")
+    for level in levels:
+        base = rows[f"grpc Retrieve c={level}"]["p50_ms"]
+        for label in ("http /retrieval", "http /v1/retrieve"):
+            print(f"{label} cost at p50, c={level}: {rows[f'{label} c={level}']['p50_ms'] - base:+.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
