@@ -45,7 +45,8 @@ value_sets = {
     "gpu": chart_dir / "values-gpu.yaml",
     "cpu": chart_dir / "values-cpu.yaml",
     "postgresql": {"store": {"backend": "postgresql"}, "postgresql": {"enabled": True},
-                   "front": {"autoscaling": {"enabled": True}}},
+                   "front": {"autoscaling": {"enabled": True}},
+                   "ingress": {"enabled": True, "host": "rag.example.com"}},
 }
 failed = False
 chart = helm.Chart.load(str(chart_dir))

@@ -10,12 +10,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.deploy.chart_render import (
     CHART_DIR,
     REPO_ROOT,
     Manifest,
     example_values,
     find,
+    helm,
     merged,
     one,
     pod_spec,
@@ -219,3 +222,43 @@ def test_reverse_proof_a_stale_or_undocumented_table_is_caught(tmp_path: Path) -
     assert tool.main(["--check", "--chart", str(chart)]) == 1
     (chart / "values.yaml").write_text(values)
     assert tool.main(["--check", "--chart", str(chart)]) == 0
+
+
+# ---- the HTTP face -------------------------------------------------------------------------------------
+
+
+def test_the_front_serves_http_beside_grpc() -> None:
+    docs = render()
+    front = pod_spec(one(docs, "Deployment", "-front"))["containers"][0]
+    assert {"name": "http", "containerPort": 8080, "protocol": "TCP"} in front["ports"]
+    env = {e["name"]: e.get("value") for e in front["env"]}
+    assert env["RAGSPINE_HTTP_PORT"] == "8080"
+    ports = {p["name"]: p["port"] for p in one(docs, "Service", "-front")["spec"]["ports"]}
+    assert ports["http"] == 8080 and ports["grpc"] == 50051
+    assert not find(docs, "Ingress") and not find(docs, "HTTPRoute")
+    off = render(merged(None, **{"front.httpPort": 0}))
+    assert "http" not in {p["name"] for p in one(off, "Service", "-front")["spec"]["ports"]}
+
+
+def test_ingress_and_gateway_route_to_the_http_port() -> None:
+    values = {
+        "ingress.enabled": True,
+        "ingress.host": "rag.example.com",
+        "ingress.tlsSecretName": "rag-tls",
+        "gateway.enabled": True,
+        "gateway.parentRefs": [{"name": "public", "namespace": "gateways"}],
+    }
+    docs = render(merged(None, **values))
+    ingress = one(docs, "Ingress", "-front")
+    rule = ingress["spec"]["rules"][0]
+    assert rule["host"] == "rag.example.com"
+    assert rule["http"]["paths"][0]["backend"]["service"]["port"] == {"name": "http"}
+    assert ingress["spec"]["tls"] == [{"secretName": "rag-tls", "hosts": ["rag.example.com"]}]
+    route = one(docs, "HTTPRoute", "-front")
+    assert route["spec"]["parentRefs"] == [{"name": "public", "namespace": "gateways"}]
+    assert route["spec"]["rules"][0]["backendRefs"] == [{"name": "rel-ragspine-front", "port": 8080}]
+
+
+def test_a_gateway_route_without_a_gateway_is_refused() -> None:
+    with pytest.raises(helm.HelmValuesError, match="parentRefs"):
+        render(merged(None, **{"gateway.enabled": True}))
