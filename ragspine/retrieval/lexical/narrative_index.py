@@ -549,7 +549,7 @@ class NarrativeIndex:
                 self._model(kind, component)
         timings: dict[str, float] = {"sync": (time.perf_counter() - t0) * 1000.0}
         n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
-        effective = self._narrow(query, metadata_filter)
+        effective, extraction_error = self._narrow(query, metadata_filter)
         search = self.retriever.search_report(
             query,
             topic=topic,
@@ -564,6 +564,10 @@ class NarrativeIndex:
         partial, pending = search.partial, search.pending
         degraded = list(search.degraded)
         errors = dict(search.errors)
+        if extraction_error:
+            # The question's own filters could not be read: answered with the caller's filters only.
+            degraded.append("filter_extractor")
+            errors["filter_extractor"] = extraction_error
         results = search.results
         skipped = list(search.skipped)
         if rerank and results and self.reranker is not None:
@@ -594,14 +598,17 @@ class NarrativeIndex:
             pending=pending,
         )
 
-    def _narrow(self, query: str, metadata_filter: MetadataFilter | None) -> MetadataFilter | None:
-        """AND the automatically extracted filter (if any) with the caller's: extraction can only narrow."""
+    def _narrow(
+        self, query: str, metadata_filter: MetadataFilter | None
+    ) -> tuple[MetadataFilter | None, str]:
+        """AND the automatically extracted filter (if any) with the caller's: extraction can only narrow.
+        Returns the filter and, when the extractor failed, its error (the query goes on without it)."""
         if self.filter_extractor is None:
-            return metadata_filter
+            return metadata_filter, ""
         try:
             extracted = self.filter_extractor.extract(query)
-        except Exception:  # a failed extraction never widens and never fails the query
-            extracted = None
+        except Exception as exc:  # a failed extraction never widens and never fails the query
+            return metadata_filter, f"{type(exc).__name__}: {exc}"
         if not isinstance(extracted, MetadataFilter):
-            return metadata_filter
-        return all_of(metadata_filter, extracted)
+            return metadata_filter, ""
+        return all_of(metadata_filter, extracted), ""
