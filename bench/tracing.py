@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=2000)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--sample-ratio", type=float, default=1.0, help="RAGSPINE_OTLP_SAMPLE_RATIO of the traced setup"
+    )
     args = parser.parse_args(argv)
     documents, queries = _corpus(args.data if args.data.is_dir() else None, args.docs)
     queries = queries[: args.queries]
@@ -161,7 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         # Ingest once (tracing off); the traced setup reuses the same library (vectors included).
         rows["off"] = _summary(_run_setup(data_dir, {}, documents, queries))
         rows["on"] = _summary(
-            _run_setup(data_dir, {"RAGSPINE_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}"}, [], queries)
+            _run_setup(
+                data_dir,
+                {
+                    "RAGSPINE_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+                    "RAGSPINE_OTLP_SAMPLE_RATIO": str(args.sample_ratio),
+                },
+                [],
+                queries,
+            )
         )
     collector.stop(0)
     rows["added_p50_ms"] = rows["on"]["p50_ms"] - rows["off"]["p50_ms"]
@@ -171,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for name in ("off", "on"):
             print(f"tracing {name:3}  p50 {rows[name]['p50_ms']:7.3f} ms  p99 {rows[name]['p99_ms']:7.3f} ms")
-        print(f"added p50: {rows['added_p50_ms']:+.3f} ms (goal <= 0.2 ms); spans exported: {sink.spans}")
+        print(
+            f"added p50: {rows['added_p50_ms']:+.3f} ms (goal <= 0.2 ms) at sample ratio "
+            f"{args.sample_ratio}; spans exported: {sink.spans}"
+        )
     return 0
 
 

@@ -129,6 +129,7 @@ class Settings:
     min_relevance: float = 0.0  # Retrieve drops snippets below this relevance unless it sets its own
     metrics_host: str = ""  # address the metrics endpoint binds; empty = the same as ``host``
     otlp_endpoint: str = ""  # OpenTelemetry collector (http://host:4317 or https://...); empty = no tracing
+    otlp_sample_ratio: float = 1.0  # share of requests traced (the worker follows the front's decision)
     worker_address: str = ""  # host:port of the model worker; empty = in-process models (laptop mode)
     worker_token: str = ""  # service token the front presents to the worker
     auth_tokens_file: str = ""  # JSON {token: {caller, libraries, scopes?}} (see README); empty = no auth

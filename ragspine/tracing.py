@@ -22,10 +22,12 @@ _TRACER_NAME = "ragspine"
 
 @contextmanager
 def stage_span(name: str, **attributes: Any) -> Iterator[Any]:
-    """A span named ``ragspine.<name>`` around one pipeline stage (attributes: str / int / float / bool).
+    """A span named ``ragspine.<name>`` around one pipeline stage (attributes: str / int / float / bool),
+    inside the request's span; nothing when the request is not traced (no provider, or not sampled).
 
     Never put document text or a query in an attribute: traces leave the front."""
-    if _trace is None:
+    if _trace is None or not _trace.get_current_span().is_recording():
+        # No tracing, or this request is not sampled: no span object at all.
         yield None
         return
     tracer = _trace.get_tracer(_TRACER_NAME)

@@ -153,6 +153,9 @@ def test_one_retrieve_is_one_trace_across_front_and_worker(
         while node["parent"] and node["parent"] in by_id:
             node = by_id[node["parent"]]
         assert node["id"] == server_span["id"]
+    # One span per pipeline stage, inside the request's span.
+    stages = {s["name"] for s in in_trace if s["name"].startswith("ragspine.")}
+    assert {"ragspine.route", "ragspine.text", "ragspine.fusion", "ragspine.exit"} <= stages, stages
     client = by_id[worker_server[0]["parent"]]
     assert client["service"] == "ragspine-front" and "ModelWorkerService" in client["name"]
     # Spans carry no text: no attribute is named after the query or a document.

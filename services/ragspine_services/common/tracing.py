@@ -1,11 +1,12 @@
 """OpenTelemetry tracing of both services (opt-in): OTLP export, a span per RPC, context front → worker.
 
 ``RAGSPINE_OTLP_ENDPOINT`` (``Settings.otlp_endpoint``) turns it on: ``http://collector:4317`` (plaintext
-gRPC) or ``https://...`` (TLS). Every RPC a server handles becomes a server span, every call the front
-makes to the worker a client span whose context travels in the call's metadata (W3C ``traceparent``), so a
-worker's spans join the front's trace; the library's pipeline stages (``ragspine.tracing.stage_span``)
-nest inside. Spans carry ids, counts and timings — never document text or queries. Off (the default),
-nothing is installed and nothing is recorded.
+gRPC) or ``https://...`` (TLS); ``RAGSPINE_OTLP_SAMPLE_RATIO`` (default 1.0) traces that share of
+requests. Every RPC a server handles becomes a server span, every call the front makes to the worker a
+client span whose context travels in the call's metadata (W3C ``traceparent``), so a worker's spans join
+the front's trace; the library's pipeline stages (``ragspine.tracing.stage_span``) nest inside. Spans
+carry ids, counts and timings — never document text or queries. Off (the default), nothing is installed
+and nothing is recorded.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def configure_tracing(settings: Settings, service_name: str, *, exporter: Any = 
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
         except ModuleNotFoundError as exc:
             raise ValueError(
                 f"RAGSPINE_OTLP_ENDPOINT is set but tracing is not installed ({exc.name}): "
@@ -53,7 +55,12 @@ def configure_tracing(settings: Settings, service_name: str, *, exporter: Any = 
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
             exporter = OTLPSpanExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
-        provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        ratio = settings.otlp_sample_ratio
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"RAGSPINE_OTLP_SAMPLE_RATIO={ratio} must be between 0 and 1")
+        # A worker follows the front's decision (parent-based): a sampled request is traced end to end.
+        sampler = ParentBased(TraceIdRatioBased(ratio))
+        provider = TracerProvider(resource=Resource.create({"service.name": service_name}), sampler=sampler)
         provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=500))
         trace.set_tracer_provider(provider)
         GrpcInstrumentorServer().instrument()
