@@ -35,6 +35,7 @@ def test_two_workers_share_the_queries_and_one_dying_fails_none(make_worker, mak
         answer = _ask(front, f"query {i} battery swap")
         assert answer.snippets and not answer.degraded
     per_worker = [len(_query_texts(first)), len(_query_texts(second))]
+    print(f"round-robin split of 40 queries over two workers: {per_worker}")
     assert sum(per_worker) == 40
     # Round robin: both workers take a fair share (a pinned channel would give one of them all 40).
     assert min(per_worker) >= 10, per_worker
