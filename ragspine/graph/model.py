@@ -212,3 +212,48 @@ def build_subgraph(
     types = frozenset(edge_types) if edge_types is not None else None
     edges = tuple(sorted(store._edges_among(ids, types), key=lambda e: (e.src, e.dst, e.type)))
     return Subgraph(nodes=nodes, edges=edges)
+
+
+class NodeReads:
+    """``get_node``, ``neighbors`` and ``traverse`` for a store that can look a node up by id (``_node``)
+    and list adjacency for ``walk`` / ``neighbor_nodes``; every store shares them, so RESTRICTED nodes and
+    the ``where`` filter are handled the same way everywhere."""
+
+    def _node(self, node_id: str) -> GraphNode | None:
+        raise NotImplementedError
+
+    def _steps(self, node_id: str, edge_types: frozenset[str] | None, direction: str) -> list[str]:
+        raise NotImplementedError
+
+    def _edges_among(self, ids: set[str], edge_types: frozenset[str] | None) -> list[GraphEdge]:
+        raise NotImplementedError
+
+    def get_node(self, node_id: str) -> GraphNode | None:
+        node = self._node(node_id)
+        return node if node_admitted(node, None) else None
+
+    def neighbors(
+        self,
+        node_id: str,
+        *,
+        edge_type: str | None = None,
+        direction: str = DIRECTION_OUT,
+        where: Mapping[str, str] | None = None,
+    ) -> list[GraphNode]:
+        return neighbor_nodes(self, node_id, edge_type=edge_type, direction=direction, where=where)
+
+    def traverse(
+        self,
+        start: str,
+        *,
+        edge_types: Sequence[str] | None = None,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        direction: str = DIRECTION_OUT,
+        where: Mapping[str, str] | None = None,
+    ) -> list[GraphNode]:
+        check_direction(direction)
+        check_depth(max_depth, "max_depth")
+        ids = walk(
+            self, [start], edge_types=edge_types, max_depth=max_depth, direction=direction, where=where
+        )
+        return [node for node in map(self._node, ids) if node is not None]

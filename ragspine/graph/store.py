@@ -32,6 +32,7 @@ from ragspine.graph.model import (
     GraphEdge,
     GraphNode,
     GraphStore,
+    NodeReads,
     Subgraph,
     build_subgraph,
     check_depth,
@@ -72,7 +73,7 @@ from ragspine.settings import OFF, Settings, choice
 # ---------------------------------------------------------------------------------------------- in-process
 
 
-class InProcessGraphStore:
+class InProcessGraphStore(NodeReads):
     """A graph in plain dicts: node table plus out/in adjacency keyed by edge type. Not thread-safe for
     writes concurrent with reads; build it, then query it."""
 
@@ -137,36 +138,6 @@ class InProcessGraphStore:
                     continue
                 found.extend(edge for dst, edge in targets.items() if dst in ids)
         return found
-
-    def get_node(self, node_id: str) -> GraphNode | None:
-        node = self._nodes.get(node_id)
-        return node if node_admitted(node, None) else None
-
-    def neighbors(
-        self,
-        node_id: str,
-        *,
-        edge_type: str | None = None,
-        direction: str = DIRECTION_OUT,
-        where: Mapping[str, str] | None = None,
-    ) -> list[GraphNode]:
-        return neighbor_nodes(self, node_id, edge_type=edge_type, direction=direction, where=where)
-
-    def traverse(
-        self,
-        start: str,
-        *,
-        edge_types: Sequence[str] | None = None,
-        max_depth: int = DEFAULT_MAX_DEPTH,
-        direction: str = DIRECTION_OUT,
-        where: Mapping[str, str] | None = None,
-    ) -> list[GraphNode]:
-        check_direction(direction)
-        check_depth(max_depth, "max_depth")
-        ids = walk(
-            self, [start], edge_types=edge_types, max_depth=max_depth, direction=direction, where=where
-        )
-        return [self._nodes[i] for i in ids]
 
     def subgraph(
         self,

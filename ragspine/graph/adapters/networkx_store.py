@@ -7,21 +7,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ragspine.graph.model import (
-    DEFAULT_MAX_DEPTH,
     DIRECTION_BOTH,
     DIRECTION_IN,
     DIRECTION_OUT,
     GraphEdge,
     GraphNode,
+    NodeReads,
     Subgraph,
     build_subgraph,
-    check_depth,
-    check_direction,
     check_edge,
     check_node,
-    neighbor_nodes,
-    node_admitted,
-    walk,
 )
 
 
@@ -35,7 +30,7 @@ def _networkx() -> Any:
     return networkx
 
 
-class NetworkxGraphStore:
+class NetworkxGraphStore(NodeReads):
     """Nodes carry the ``GraphNode`` under the attribute ``node``; parallel edges are keyed by type."""
 
     def __init__(self) -> None:
@@ -100,36 +95,6 @@ class NetworkxGraphStore:
 
     def count_edges(self) -> int:
         return int(self.graph.number_of_edges())
-
-    def get_node(self, node_id: str) -> GraphNode | None:
-        node = self._node(node_id)
-        return node if node_admitted(node, None) else None
-
-    def neighbors(
-        self,
-        node_id: str,
-        *,
-        edge_type: str | None = None,
-        direction: str = DIRECTION_OUT,
-        where: Mapping[str, str] | None = None,
-    ) -> list[GraphNode]:
-        return neighbor_nodes(self, node_id, edge_type=edge_type, direction=direction, where=where)
-
-    def traverse(
-        self,
-        start: str,
-        *,
-        edge_types: Sequence[str] | None = None,
-        max_depth: int = DEFAULT_MAX_DEPTH,
-        direction: str = DIRECTION_OUT,
-        where: Mapping[str, str] | None = None,
-    ) -> list[GraphNode]:
-        check_direction(direction)
-        check_depth(max_depth, "max_depth")
-        ids = walk(
-            self, [start], edge_types=edge_types, max_depth=max_depth, direction=direction, where=where
-        )
-        return [self.graph.nodes[i]["node"] for i in ids]
 
     def subgraph(
         self,
