@@ -74,6 +74,29 @@ def credentials(
     return grpc.ssl_channel_credentials(root_certificates=root_certificates)
 
 
+def open_channel(
+    channels: Any,
+    address: str,
+    *,
+    timeout_s: float,
+    tls: bool,
+    root_certificates: bytes | None,
+    tls_ca_file: str | Path | None,
+    options: Sequence[tuple[str, Any]],
+) -> Any:
+    """A channel to ``address`` from ``channels`` (``grpc`` or ``grpc.aio``): TLS when asked for, the
+    client's options first. ``ValueError`` for an address that is not host:port or a non-positive timeout."""
+    if not address or ":" not in address:
+        raise ValueError(f"address must be host:port, got {address!r}")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    opts = [*channel_options(), *options]
+    creds = credentials(tls, root_certificates, tls_ca_file)
+    if creds:
+        return channels.secure_channel(address, creds, options=opts)
+    return channels.insecure_channel(address, options=opts)
+
+
 def call_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 

@@ -14,8 +14,7 @@ from ragspine_client._common import (
     CountingIterator,
     RetryPolicy,
     call_metadata,
-    channel_options,
-    credentials,
+    open_channel,
     retrieve_request,
 )
 from ragspine_client._gen import retrieval_pb2 as pb
@@ -49,21 +48,19 @@ class RetrievalClient:
         retry: RetryPolicy | None = None,
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
-        if not address or ":" not in address:
-            raise ValueError(f"address must be host:port, got {address!r}")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self._channel = open_channel(
+            grpc,
+            address,
+            timeout_s=timeout_s,
+            tls=tls,
+            root_certificates=root_certificates,
+            tls_ca_file=tls_ca_file,
+            options=options,
+        )
         self.address = address
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
         self._metadata = call_metadata(token)
-        opts = [*channel_options(), *options]
-        creds = credentials(tls, root_certificates, tls_ca_file)
-        self._channel = (
-            grpc.secure_channel(address, creds, options=opts)
-            if creds
-            else grpc.insecure_channel(address, options=opts)
-        )
         self._stub = retrieval_pb2_grpc.RetrievalServiceStub(self._channel)
 
     # ------------------------------------------------------------------ plumbing
