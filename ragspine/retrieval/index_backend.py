@@ -1,9 +1,11 @@
-"""Which index serves the narrative channel: in-process (``memory``) or an external Qdrant (``qdrant``).
+"""Which index serves the narrative and page channels: in-process (``memory``) or an external Qdrant
+(``qdrant``).
 
 ``retriever_factory(settings, library=...)`` returns ``None`` for the in-process index (``NarrativeIndex``
 then builds its ``HybridRetriever``) or a callable with ``HybridRetriever``'s constructor signature that
 builds a ``QdrantRetriever`` on the library's own collection. An unreachable Qdrant raises
 ``IndexUnavailableError`` here, at start: the service never falls back to the in-process index.
+``page_index_factory`` does the same for visual pages (``QdrantPageIndex``, MaxSim over multivectors).
 """
 
 from __future__ import annotations
@@ -87,5 +89,23 @@ def retriever_factory(settings: Settings, *, library: str) -> Callable[..., Any]
         for name in ("lazy_vectors", "vector_sink", "vector_round_trip"):
             kwargs.pop(name, None)
         return QdrantRetriever(chunks, client=client, config=config, library=library, **kwargs)
+
+    return build
+
+
+def page_index_factory(settings: Settings, *, library: str) -> Callable[[Any, Any], Any] | None:
+    """``None`` for the in-process page index, else a builder ``(page store, visual encoder) ->
+    QdrantPageIndex`` of the library's pages collection (``LibraryPages(external=...)``). An unreachable
+    Qdrant raises ``IndexUnavailableError`` here, never a fallback to the in-process page index."""
+    if index_backend(settings) == "memory":
+        return None
+    from ragspine.retrieval.qdrant.pages import QdrantPageIndex
+
+    config = qdrant_config(settings)
+    client = shared_client(config)
+    config.collection(library)  # a bad library name fails now, not at the first write
+
+    def build(store: Any, encoder: Any) -> QdrantPageIndex:
+        return QdrantPageIndex(client=client, config=config, library=library, store=store, encoder=encoder)
 
     return build

@@ -185,7 +185,7 @@ def withdraw_document(target: IngestTarget, doc_id: str) -> WithdrawOutcome:
             chosen = shelf
 
             def hook(conn: Any) -> None:
-                removed[0] = chosen.store.delete_doc_in(conn, doc_id, library=chosen.library_id)
+                removed[0] = chosen.delete_in(conn, doc_id)
 
         else:
             removed[0] = shelf.remove_doc(doc_id)

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -59,6 +59,19 @@ def pages_path(root: Path, library_id: str) -> Path:
 def legacy_pages_path(root: Path, library_id: str) -> Path:
     """Where releases before the shared file kept ``library_id``'s pages: ``{root}/{library_id}.pages.db``."""
     return root / f"{library_id}{PAGES_SUFFIX}"
+
+
+class ExternalPages(Protocol):
+    """An external page index (``ragspine.retrieval.qdrant.pages.QdrantPageIndex``)."""
+
+    def reconcile(self) -> int: ...
+
+    def publish(self, doc_ids: Iterable[str]) -> int: ...
+
+    def search(self, query: str, *, k: int, mfilter: MetadataFilter | None = None) -> list[PageLead]: ...
+
+
+ExternalPagesFactory = Callable[[PageStore, VisualEncoder], ExternalPages]
 
 
 @dataclass(frozen=True)
@@ -133,9 +146,20 @@ class LibraryPages:
     encoder, which the caller turns into a degraded answer. Each ``index()`` call reads ``store.version()``
     (one small query) and rebuilds the index from stored vectors when it moved, so pages written through
     another replica are searched without being embedded again.
+
+    ``external`` builds an external page index (``ragspine.retrieval.qdrant.pages.QdrantPageIndex``) from
+    the store and the encoder; it then answers every ``search`` (never the in-memory index), and every
+    write of a document is published to it once the store's transaction has committed (``invalidate``).
     """
 
-    def __init__(self, library_id: str, store: PageStore | Path | str, encoder: VisualEncoder) -> None:
+    def __init__(
+        self,
+        library_id: str,
+        store: PageStore | Path | str,
+        encoder: VisualEncoder,
+        *,
+        external: ExternalPagesFactory | None = None,
+    ) -> None:
         self.library_id = library_id
         self.store: PageStore = VisualPageStore(store) if isinstance(store, (Path, str)) else store
         self.db_path = self.store.db_path
@@ -144,8 +168,15 @@ class LibraryPages:
         self._index: VisualPageIndex | None = None
         self._index_version = -1  # store version the index was built at
         self.last_reused = 0  # pages the last replace_doc kept without embedding them again
+        self._dirty: set[str] = set()  # documents written to the store, not yet published to ``external``
         if isinstance(self.store, VisualPageStore) and self.db_path.endswith(CHUNKS_SUFFIX):
             self._fold_legacy(Path(self.db_path))
+        # An external page index (RAGSPINE_INDEX_BACKEND=qdrant) serves every search; it is brought up to
+        # the store here (a writer that stopped between the store's commit and the publish is caught up).
+        self.external: ExternalPages | None = None
+        if external is not None:
+            self.external = external(self.store, encoder)
+            self.external.reconcile()
 
     def _fold_legacy(self, chunk_file: Path) -> None:
         legacy = legacy_pages_path(chunk_file.parent, chunk_file.name[: -len(CHUNKS_SUFFIX)])
@@ -219,6 +250,7 @@ class LibraryPages:
         """Make ``prepared`` the stored pages of its document on ``conn``, inside a transaction the caller
         owns (the chunk store's, see ``shares_database``); an empty ``prepared`` removes every page.
         Returns the pages stored. Call ``invalidate`` after the transaction committed."""
+        self._dirty.add(prepared.doc_id)
         if not prepared.records:
             self.store.delete_doc_in(conn, prepared.doc_id, library=self.library_id)
             return 0
@@ -233,6 +265,7 @@ class LibraryPages:
 
     def write(self, prepared: PreparedPages) -> int:
         """``write_in`` in a transaction of the page store's own (when it has no shared database)."""
+        self._dirty.add(prepared.doc_id)
         if not prepared.records:
             self.remove_doc(prepared.doc_id)
             return 0
@@ -246,10 +279,23 @@ class LibraryPages:
         self.invalidate()
         return written
 
+    def delete_in(self, conn: Any, doc_id: str) -> int:
+        """Delete every stored page of ``doc_id`` on ``conn``, inside a transaction the caller owns; returns
+        how many were removed. Call ``invalidate`` after the transaction committed."""
+        self._dirty.add(doc_id)
+        return self.store.delete_doc_in(conn, doc_id, library=self.library_id)
+
     def invalidate(self) -> None:
-        """Drop the in-memory index; the next query rebuilds it from the store (nothing is re-embedded)."""
+        """Drop the in-memory index; the next query rebuilds it from the store (nothing is re-embedded).
+        With an external index, publish the documents written since the last call to it (they stay
+        pending, to be published by the next call, when it raises ``IndexUnavailableError``)."""
         with self._lock:
             self._index = None
+            dirty = sorted(self._dirty)
+        if self.external is not None and dirty:
+            self.external.publish(dirty)
+            with self._lock:
+                self._dirty.difference_update(dirty)
 
     def replace_doc(self, records: Sequence[PageRecord], *, doc_id: str) -> int:
         """Make ``records`` the stored pages of ``doc_id``; returns the pages stored.
@@ -264,13 +310,16 @@ class LibraryPages:
 
     def remove_doc(self, doc_id: str) -> int:
         """Delete every stored page of ``doc_id``; returns how many were removed."""
+        self._dirty.add(doc_id)
         removed = self.store.delete_doc(doc_id, library=self.library_id)
-        if removed:
+        if removed or self.external is not None:
             self.invalidate()
         return removed
 
     def search(self, query: str, *, k: int, mfilter: MetadataFilter | None = None) -> list[PageLead]:
         """The ``k`` best pages for ``query`` among those ``mfilter`` admits (all when None)."""
+        if self.external is not None:
+            return self.external.search(query, k=k, mfilter=mfilter)
         index = self.index()
         if len(index) == 0:
             return []

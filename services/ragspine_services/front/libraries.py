@@ -28,6 +28,7 @@ from ragspine.common.company_profile import default_profile, load_company_profil
 from ragspine.common.sensitivity import SensitivityPolicy
 from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.index_backend import page_index_factory
 from ragspine.retrieval.indexing.drainer import VectorDrainer
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.lexical.types import EmbeddingBackend
@@ -101,7 +102,8 @@ class Library:
                         return None
                     self.pages_file.parent.mkdir(parents=True, exist_ok=True)
                     store = VisualPageStore(self.pages_file)
-                self._pages = LibraryPages(self.library_id, store, self.visual_encoder)
+                external = page_index_factory(self.settings, library=library_schema(self.library_id))
+                self._pages = LibraryPages(self.library_id, store, self.visual_encoder, external=external)
             return self._pages
 
     @property
