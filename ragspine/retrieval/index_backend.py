@@ -93,19 +93,24 @@ def retriever_factory(settings: Settings, *, library: str) -> Callable[..., Any]
     return build
 
 
-def page_index_factory(settings: Settings, *, library: str) -> Callable[[Any, Any], Any] | None:
+def page_index_factory(
+    settings: Settings, *, library: str, name: str | None = None
+) -> Callable[[Any, Any], Any] | None:
     """``None`` for the in-process page index, else a builder ``(page store, visual encoder) ->
-    QdrantPageIndex`` of the library's pages collection (``LibraryPages(external=...)``). An unreachable
-    Qdrant raises ``IndexUnavailableError`` here, never a fallback to the in-process page index."""
+    QdrantPageIndex`` of the pages collection of ``library`` (the id its page store uses), named after
+    ``name`` (default ``library``), for ``LibraryPages(external=...)``. An unreachable Qdrant raises
+    ``IndexUnavailableError`` here, never a fallback to the in-process page index."""
     if index_backend(settings) == "memory":
         return None
     from ragspine.retrieval.qdrant.pages import QdrantPageIndex
 
     config = qdrant_config(settings)
     client = shared_client(config)
-    config.collection(library)  # a bad library name fails now, not at the first write
+    config.collection(name or library)  # a bad library name fails now, not at the first write
 
     def build(store: Any, encoder: Any) -> QdrantPageIndex:
-        return QdrantPageIndex(client=client, config=config, library=library, store=store, encoder=encoder)
+        return QdrantPageIndex(
+            client=client, config=config, library=library, store=store, encoder=encoder, name=name
+        )
 
     return build

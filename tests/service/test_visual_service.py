@@ -1,13 +1,15 @@
 """Visual page retrieval through the service: a real worker (tiny random ColQwen2 loaded by path) and a
 real front on loopback. Page ingest, visual / hybrid-visual Retrieve, RESTRICTED isolation at the worker
 (with a reverse proof), filters, restart without re-embedding, worker down, corrupt / encrypted PDFs.
-Retrieval quality of a random model is meaningless: tests check paths, provenance and isolation."""
+Retrieval quality of a random model is meaningless: tests check paths, provenance and isolation. Every
+test on a stack runs twice: pages indexed in the front, and in a Qdrant pages collection (local mode)."""
 
 from __future__ import annotations
 
 import re
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,8 +84,24 @@ def tiny_colqwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_model("colqwen2", tmp_path_factory.mktemp("models") / "tiny-colqwen2", embedding_dim=16)
 
 
+@pytest.fixture(params=["memory", "qdrant"])
+def index_backend(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Where pages (and chunks) are indexed: in the front, or a Qdrant collection (local mode, one
+    collection prefix per test)."""
+    if request.param == "memory":
+        return {}
+    pytest.importorskip("qdrant_client")
+    return {
+        "index_backend": "qdrant",
+        "qdrant_url": ":memory:",
+        "qdrant_collection_prefix": f"t{uuid.uuid4().hex[:12]}_",
+    }
+
+
 @pytest.fixture()
-def make_stack(tiny_colqwen: Path, tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+def make_stack(
+    tiny_colqwen: Path, tmp_path: Path, index_backend: dict[str, str]
+) -> Iterator[Callable[..., Stack]]:
     made: list[Stack] = []
 
     def start_visual_worker() -> tuple[Any, RecordingVisual]:
@@ -104,6 +122,7 @@ def make_stack(tiny_colqwen: Path, tmp_path: Path) -> Iterator[Callable[..., Sta
             worker_token="svc-token",
             visual_embedder="colqwen2",
             visual_model=str(tiny_colqwen),
+            **index_backend,  # type: ignore[arg-type]
         )
         parts = build_front_parts(settings)
         front = start_front(settings, parts, port=free_port())
@@ -340,6 +359,72 @@ def test_re_ingesting_unchanged_pages_embeds_only_what_changed(make_stack: Calla
     again.page_dpi = DPI + 10
     _ingest(stack, again)
     assert len(stack.recorder.pages) == 2
+
+
+def _outage_answers(stack: Stack, backend: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Visual answers served while every search of a Qdrant pages collection fails (there must be none:
+    only the ``visual`` flag, with the text channel still answering)."""
+    _ingest(stack, _pdf_doc("q3-report", make_text_pdf(OPEN_PAGES)))
+    assert _retrieve(stack, "operating margin", VISUAL).snippets
+    client = shared_client_for(backend)
+    working = client.query_points
+
+    def pages_down(collection: str, *args: Any, **kwargs: Any) -> Any:
+        if collection.endswith("__pages"):
+            raise ConnectionError("connection refused")
+        return working(collection, *args, **kwargs)
+
+    monkeypatch.setattr(client, "query_points", pages_down)
+    answer = _retrieve(stack, "operating margin", HYBRID_VISUAL)
+    served = [s.source_locator for s in answer.snippets if s.is_visual]
+    if list(answer.degraded) != ["visual"]:
+        served.append(f"degraded={list(answer.degraded)}")
+    if not answer.snippets:
+        served.append("no text answer either")
+    return served
+
+
+def test_a_qdrant_outage_flags_the_visual_channel_or_fails_unavailable(
+    make_stack: Callable[..., Stack], index_backend: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not index_backend:
+        pytest.skip("pages are indexed in the front")
+    stack = make_stack()
+    assert _outage_answers(stack, index_backend, monkeypatch) == []
+    # All of Qdrant down: the text channel cannot answer either, so the call fails, never answers wrong.
+    client = shared_client_for(index_backend)
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(client, "query_points", down)
+    with pytest.raises(grpc.RpcError) as err:
+        _retrieve(stack, "operating margin", VISUAL)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def shared_client_for(backend: dict[str, str]) -> Any:
+    from ragspine.retrieval.index_backend import qdrant_config, shared_client
+
+    return shared_client(qdrant_config(Settings(**backend)))  # type: ignore[arg-type]
+
+
+def test_outage_check_catches_a_silent_fallback_to_the_front_index(
+    make_stack: Callable[..., Stack], index_backend: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reverse proof: a front answering from its in-process page index when Qdrant fails must be caught.
+    if not index_backend:
+        pytest.skip("pages are indexed in the front")
+    original = front_pages.LibraryPages.search
+
+    def falls_back(self: Any, query: str, *, k: int, mfilter: Any = None) -> Any:
+        try:
+            return original(self, query, k=k, mfilter=mfilter)
+        except Exception:
+            return self.index().search(query, k=k)
+
+    monkeypatch.setattr(front_pages.LibraryPages, "search", falls_back)
+    assert _outage_answers(make_stack(), index_backend, monkeypatch) != []
 
 
 def test_worker_down_degrades_to_a_text_answer(make_stack: Callable[..., Stack]) -> None:

@@ -91,20 +91,29 @@ def doc_version(pages: Sequence[StoredPage]) -> str:
 class QdrantPageIndex:
     """Page leads for one library from its Qdrant pages collection (see the module doc).
 
-    ``encoder`` embeds queries (``embed_queries``) and names the embedding space (``name``): a collection
+    ``library`` is the library id of the pages in ``store``; ``name`` (default ``library``) names the
+    collection. ``encoder`` embeds queries (``embed_queries``) and names the embedding space: a collection
     holding pages of another encoder raises ``ValueError`` (re-index), as the in-process index does.
     Failures talking to Qdrant raise ``IndexUnavailableError`` (never an answer from another index).
     """
 
     def __init__(
-        self, *, client: Any, config: QdrantConfig, library: str, store: PageStore, encoder: Any
+        self,
+        *,
+        client: Any,
+        config: QdrantConfig,
+        library: str,
+        store: PageStore,
+        encoder: Any,
+        name: str | None = None,
     ) -> None:
         self.client = client
         self.config = config
-        self.library = library
+        self.library = library  # the library id the store keys its pages by
         self.store = store
         self.encoder = encoder
-        self.collection = f"{config.collection(library)}__pages"
+        # ``name``: the library's name in collection names (letters, digits, '_', '-'); default ``library``.
+        self.collection = f"{config.collection(name or library)}__pages"
         self.meta_collection = f"{self.collection}__meta"
         self._call_lock: Any = contextlib.nullcontext() if config.is_remote else threading.RLock()
         self._write_lock = threading.Lock()

@@ -102,7 +102,9 @@ class Library:
                         return None
                     self.pages_file.parent.mkdir(parents=True, exist_ok=True)
                     store = VisualPageStore(self.pages_file)
-                external = page_index_factory(self.settings, library=library_schema(self.library_id))
+                external = page_index_factory(
+                    self.settings, library=self.library_id, name=library_schema(self.library_id)
+                )
                 self._pages = LibraryPages(self.library_id, store, self.visual_encoder, external=external)
             return self._pages
 
