@@ -11,10 +11,18 @@ Figures:
                (with local mode this includes the embedded Qdrant), bytes traced while building, and the
                index object's own state without the client (all a front keeps with a Qdrant server)
 
+  pages        visual page retrieval (MaxSim over multi-vectors): the in-process page index vs the Qdrant
+               pages collection (LibraryPages, as the front runs it) on the same synthetic pages and
+               queries; q/s of each, interleaved in rounds, the median per-round ratio, and top-k agreement
+  text profile where local mode's BM25 query time goes (cProfile over SciFact queries at top_k=300, as
+               `ragspine eval` asks): qdrant-client's local scoring, its payload filter, payload copies,
+               and our own code
+
 Local mode is Qdrant's API run in-process by brute force in Python: its q/s is not a Qdrant server's.
 
 Usage: python bench/qdrant_backend.py [--data ../shared/data/scifact] [--max-queries N]
-       [--hybrid-embedding deterministic|minilm|none] [--rss-sizes 1000,10000,30000] [--json]
+       [--hybrid-embedding deterministic|minilm|none] [--rss-sizes 1000,10000,30000]
+       [--pages 1000 --page-patches 256 --page-rounds 5] [--text-profile 30] [--skip-quality] [--json]
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -218,6 +227,153 @@ def rss_growth(sizes: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
+class _SeededQueries:
+    """Visual encoder stand-in: a query's token vectors are seeded by its text (the same query gets the
+    same vectors in both backends); pages are written to the store directly."""
+
+    name = "bench:random"
+
+    def __init__(self, dim: int, tokens: int) -> None:
+        self.dim, self.tokens = dim, tokens
+
+    def embed_queries(self, texts: list[str]) -> list[Any]:
+        import hashlib
+
+        import numpy as np
+
+        out = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+            q = np.random.default_rng(seed).standard_normal((self.tokens, self.dim)).astype(np.float32)
+            out.append(q / np.linalg.norm(q, axis=1, keepdims=True))
+        return out
+
+    def embed_pages(self, images: list[Any]) -> list[Any]:
+        raise RuntimeError("bench pages are written to the store directly")
+
+
+def page_figures(n_pages: int, patches: int, rounds: int, queries: int, k: int = 10) -> dict[str, Any]:
+    """MaxSim page retrieval: in-process page index vs the Qdrant pages collection (local mode)."""
+    import numpy as np
+    from qdrant_client import QdrantClient
+
+    from ragspine.retrieval.qdrant import QdrantConfig
+    from ragspine.retrieval.qdrant.pages import QdrantPageIndex
+    from ragspine.retrieval.visual.library_pages import LibraryPages
+    from ragspine.retrieval.visual.page_store import VisualPageStore
+    from ragspine.retrieval.visual.pages import PageRecord
+
+    dim, tokens = 128, 20  # ColPali's width; a typical query's token count
+    rng = np.random.default_rng(5)
+    records, blocks = [], []
+    for i in range(n_pages):
+        block = rng.standard_normal((int(rng.integers(patches // 2, patches + 1)), dim)).astype(np.float32)
+        blocks.append(block / np.linalg.norm(block, axis=1, keepdims=True))
+        records.append(PageRecord(f"d{i // 10}", i % 10 + 1, image=None, library="bench"))
+    store = VisualPageStore(":memory:")  # float16 vectors, the default storage
+    store.put_pages(records, blocks, encoder=_SeededQueries.name)
+    encoder = _SeededQueries(dim, tokens)
+    in_process = LibraryPages("bench", store, encoder)  # type: ignore[arg-type]
+    client = QdrantClient(location=":memory:")
+
+    def external(st: Any, enc: Any) -> QdrantPageIndex:
+        return QdrantPageIndex(client=client, config=QdrantConfig(), library="bench", store=st, encoder=enc)
+
+    t0 = time.perf_counter()
+    on_qdrant = LibraryPages("bench", store, encoder, external=external)  # type: ignore[arg-type]
+    publish_s = time.perf_counter() - t0
+    texts = [f"query {i}" for i in range(queries)]
+    in_process.search(texts[0], k=k)  # builds the in-memory copy once, as a serving front holds it
+    ratios, mem_qps, qd_qps = [], [], []
+    same_order = overlap = 0.0
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        want = [in_process.search(t, k=k) for t in texts]
+        mem_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        got = [on_qdrant.search(t, k=k) for t in texts]
+        qd_s = time.perf_counter() - t0
+        mem_qps.append(queries / mem_s)
+        qd_qps.append(queries / qd_s)
+        ratios.append(mem_s / qd_s)
+        if r == 0:
+            for a, b in zip(want, got, strict=True):
+                same_order += [x.locator for x in a] == [x.locator for x in b]
+                overlap += len({x.locator for x in a} & {x.locator for x in b}) / k
+    client.close()
+    return {
+        "pages": n_pages,
+        "patches_per_page_max": patches,
+        "dim": dim,
+        "query_tokens": tokens,
+        "publish_pages_per_s": n_pages / publish_s,
+        "in_process_qps": statistics.median(mem_qps),
+        "qdrant_local_qps": statistics.median(qd_qps),
+        "median_ratio_qdrant_over_in_process": statistics.median(ratios),
+        "same_top_k_order": same_order / queries,
+        "top_k_overlap": overlap / queries,
+        "load": os.getloadavg()[0],
+    }
+
+
+def text_profile(data: Path, queries: int, top_k: int = 300) -> dict[str, Any]:
+    """Shares of BM25 query time on Qdrant local mode, by where the time is spent (cProfile tottime)."""
+    import cProfile
+    import pstats
+
+    from qdrant_client import QdrantClient
+
+    from ragspine.retrieval.qdrant import QdrantConfig, QdrantRetriever
+
+    dataset = load_beir(data)
+    chunks = [
+        Chunk(
+            chunk_id=f"{d.doc_id}#c0",
+            doc_id=d.doc_id,
+            seq=0,
+            text=f"{d.title}\n\n{d.text}",
+            source_locator=f"{d.doc_id}#para1-1",
+            para_start=1,
+            para_end=1,
+            title=d.title,
+        )
+        for d in dataset.corpus
+    ]
+    client = QdrantClient(location=":memory:")
+    retriever = QdrantRetriever(chunks, client=client, config=QdrantConfig())
+    texts = [text for _, text in dataset.judged_queries()[:queries]]
+    profile = cProfile.Profile()
+    t0 = time.perf_counter()
+    profile.enable()
+    for text in texts:
+        retriever.search(text, top_k=top_k)
+    profile.disable()
+    wall = time.perf_counter() - t0
+    buckets = {"local_scoring": 0.0, "local_payload_filter": 0.0, "payload_copy": 0.0, "ragspine": 0.0}
+    other = 0.0
+    stats: Any = getattr(pstats.Stats(profile), "stats")  # noqa: B009 - untyped attribute
+    for (filename, _, _), (_, _, tottime, _, _) in stats.items():
+        if "qdrant_client/local/sparse" in filename or "qdrant_client/local/distances" in filename:
+            buckets["local_scoring"] += tottime
+        elif any(part in filename for part in ("payload_filters", "json_path", "payload_value")):
+            buckets["local_payload_filter"] += tottime
+        elif filename.endswith("copy.py"):
+            buckets["payload_copy"] += tottime
+        elif "/ragspine/" in filename:
+            buckets["ragspine"] += tottime
+        else:
+            other += tottime
+    total = sum(buckets.values()) + other
+    client.close()
+    return {
+        "queries": len(texts),
+        "chunks": len(chunks),
+        "queries_per_s_profiled": len(texts) / wall,
+        **{f"share_{key}": value / total for key, value in buckets.items()},
+        "share_other": other / total,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -228,6 +384,15 @@ def main() -> int:
     parser.add_argument("--hybrid-embedding", default="deterministic", help="deterministic | minilm | none")
     parser.add_argument("--rss-sizes", default="1000,10000,30000")
     parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument(
+        "--pages", type=int, default=1000, help="synthetic pages for the MaxSim figures (0: skip)"
+    )
+    parser.add_argument(
+        "--page-patches", type=int, default=256, help="most vectors per page (ColPali pooled)"
+    )
+    parser.add_argument("--page-rounds", type=int, default=5)
+    parser.add_argument("--page-queries", type=int, default=20)
+    parser.add_argument("--text-profile", type=int, default=0, help="SciFact queries to profile (0: skip)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     figures: dict[str, Any] = {"machine_load": os.getloadavg()[0]}
@@ -247,6 +412,12 @@ def main() -> int:
                     print(json.dumps(row), file=sys.stderr)
             figures["quality"] = rows
             figures["footprint"] = footprint(args.data, args.hybrid_embedding)
+    if args.pages > 0:
+        figures["pages"] = page_figures(args.pages, args.page_patches, args.page_rounds, args.page_queries)
+        print(json.dumps(figures["pages"]), file=sys.stderr)
+    if args.text_profile > 0 and (args.data / "corpus.jsonl").exists():
+        figures["text_profile"] = text_profile(args.data, args.text_profile)
+        print(json.dumps(figures["text_profile"]), file=sys.stderr)
     sizes = [int(s) for s in args.rss_sizes.split(",") if s.strip()]
     if sizes:
         figures["rss"] = rss_growth(sizes)
@@ -263,6 +434,23 @@ def main() -> int:
         )
     for key, value in figures.get("footprint", {}).items():
         print(f"{key:45} {value:8.0f}")
+    pages = figures.get("pages")
+    if pages:
+        print(
+            f"pages  {pages['pages']} pages x <= {pages['patches_per_page_max']} x {pages['dim']}-d, "
+            f"{pages['query_tokens']} query tokens: in-process {pages['in_process_qps']:.1f} q/s, "
+            f"Qdrant local {pages['qdrant_local_qps']:.1f} q/s (median ratio "
+            f"{pages['median_ratio_qdrant_over_in_process']:.3f}); same top-10 order "
+            f"{pages['same_top_k_order']:.2f}, overlap {pages['top_k_overlap']:.2f}; "
+            f"publish {pages['publish_pages_per_s']:.0f} pages/s; load {pages['load']:.1f}"
+        )
+    profile = figures.get("text_profile")
+    if profile:
+        shares = ", ".join(f"{k[6:]} {v:.1%}" for k, v in profile.items() if k.startswith("share_"))
+        print(
+            f"text profile ({profile['queries']} queries, "
+            f"{profile['queries_per_s_profiled']:.1f} q/s): {shares}"
+        )
     for row in figures.get("rss", []):
         print(
             f"rss {row['backend']:6} {row['chunks']:>7} chunks  peak {row['peak_rss_mb']:7.1f} MB  "
