@@ -476,3 +476,60 @@ def test_pages_of_another_encoder_ask_for_a_reindex(client: Any) -> None:
     later = LibraryPages("lib", VisualPageStore(":memory:"), other, external=qdrant_factory(client, "lib"))
     with pytest.raises(ValueError, match="ragspine reindex"):
         later.search("revenue", k=3)
+
+
+def test_reindex_publishes_the_store_and_withdraws_what_it_no_longer_has(tmp_path: Any) -> None:
+    from ragspine.retrieval.index_backend import qdrant_config, shared_client
+    from ragspine.retrieval.qdrant.reindex import reindex_pages
+
+    settings = Settings(
+        index_backend="qdrant", qdrant_url=str(tmp_path / "q"), qdrant_collection_prefix="rp_"
+    )
+    store = VisualPageStore(tmp_path / "pages.db")
+    writer = LibraryPages("lib", store, Words())  # pages written while no Qdrant index was configured
+    writer.replace_doc(records("pub", PUBLIC), doc_id="pub")
+    writer.replace_doc(records("gone", ["cash flow"]), doc_id="gone")
+    index, changed = reindex_pages(store, settings, library="lib")
+    assert changed == 2 and set(index.live_versions()) == {"pub", "gone"} and len(index) == 5
+    store.delete_doc("gone", library="lib")  # behind the index's back
+    assert reindex_pages(store, settings, library="lib")[1] == 1
+    assert reindex_pages(store, settings, library="lib")[1] == 0  # nothing left to change
+    index, changed = reindex_pages(store, settings, library="lib", recreate=True)
+    assert changed == 1 and set(index.live_versions()) == {"pub"}
+    client = shared_client(qdrant_config(settings))
+    served = LibraryPages("lib", store, Words(), external=qdrant_factory(client, "lib"))
+    assert served.search("revenue growth", k=1)[0].locator == "pub#page=1"
+    with pytest.raises(ValueError, match="RAGSPINE_INDEX_BACKEND=qdrant"):
+        reindex_pages(store, Settings(), library="lib")
+    other = Words()
+    other.name = "another:model"
+    LibraryPages("lib", store, other).store.put_pages(
+        records("mixed", ["net income"]), other.embed_pages(["net income"]), encoder=other.name
+    )
+    with pytest.raises(ValueError, match="one encoder"):
+        reindex_pages(store, settings, library="lib")
+
+
+def test_reindex_cli_publishes_pages_when_visual_retrieval_is_on(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragspine.cli import main
+    from ragspine_services.front.libraries import LibraryCatalog
+
+    data = tmp_path / "data"
+    library = LibraryCatalog(Settings(data_dir=str(data))).get("docs", create=True)
+    pages_file = library.pages_file
+    library.close()
+    monkeypatch.setenv("RAGSPINE_INDEX_BACKEND", "qdrant")
+    monkeypatch.setenv("RAGSPINE_QDRANT_URL", str(tmp_path / "q"))
+    monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "bm25")
+    monkeypatch.setenv("RAGSPINE_VISUAL_EMBEDDER", "colqwen2")
+    assert main(["reindex", "--library", "docs", "--data-dir", str(data)]) == 0
+    assert "pages" not in capsys.readouterr().out  # no page table: nothing published, nothing created
+    LibraryPages("docs", VisualPageStore(pages_file), Words()).replace_doc(
+        records("pub", PUBLIC, library="docs"), doc_id="pub"
+    )
+    assert main(["reindex", "--library", "docs", "--data-dir", str(data)]) == 0
+    assert "published 1 changed document(s) of pages into Qdrant collection 'ragspine_lib_docs__pages'" in (
+        capsys.readouterr().out
+    )
