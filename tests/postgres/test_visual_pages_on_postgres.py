@@ -2,10 +2,12 @@
 ColQwen2 worker. Pages ingested through one front are found through the other, a delete shows on both,
 and a front restarted on an empty data folder serves the stored pages without embedding any again.
 The freshness check comes with its reverse proof: a front whose page index ignores the store's version
-keeps answering from a stale index, and the same assertion catches it."""
+keeps answering from a stale index, and the same assertion catches it. Every test runs twice: fronts
+searching their own in-memory page index, and fronts searching one Qdrant pages collection."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,9 +91,23 @@ class Worker:
     recorder: RecordingVisual
 
 
+@pytest.fixture(params=["memory", "qdrant"])
+def pages_backend(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Where the fronts search pages: their own in-memory index of the shared page table, or one Qdrant
+    pages collection (local mode; one collection prefix per test) that every front reads."""
+    if request.param == "memory":
+        return {}
+    pytest.importorskip("qdrant_client")
+    return {
+        "index_backend": "qdrant",
+        "qdrant_url": ":memory:",
+        "qdrant_collection_prefix": f"pg{uuid.uuid4().hex[:12]}_",
+    }
+
+
 @pytest.fixture
 def cluster(
-    pg_server: EmbeddedPostgres, tiny_colqwen: Path, tmp_path: Path
+    pg_server: EmbeddedPostgres, tiny_colqwen: Path, tmp_path: Path, pages_backend: dict[str, str]
 ) -> Iterator[tuple[Callable[[str, Worker], Front], Callable[[], Worker]]]:
     dsn = _fresh_database(pg_server, "pages")
     fronts: list[Front] = []
@@ -116,6 +132,7 @@ def cluster(
             worker_token="svc-token",
             visual_embedder="colqwen2",
             visual_model=str(tiny_colqwen),
+            **pages_backend,  # type: ignore[arg-type]
         )
         parts = build_front_parts(settings)
         server = start_front(settings, parts, port=free_port())
@@ -167,6 +184,14 @@ def test_the_check_catches_a_front_that_ignores_the_store_version(
             return self._index
 
     monkeypatch.setattr(front_pages.LibraryPages, "index", index_built_once)
+
+    def searches_its_own_copy(
+        self: front_pages.LibraryPages, query: str, *, k: int, mfilter: Any = None
+    ) -> Any:
+        # With Qdrant the broken front also searches that stale copy instead of the shared collection.
+        return self.index().search(query, k=k)
+
+    monkeypatch.setattr(front_pages.LibraryPages, "search", searches_its_own_copy)
     front, worker = cluster
     shared = worker()
     with pytest.raises(AssertionError, match="B must see pages"):
