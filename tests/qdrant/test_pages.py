@@ -533,3 +533,13 @@ def test_reindex_cli_publishes_pages_when_visual_retrieval_is_on(
     assert "published 1 changed document(s) of pages into Qdrant collection 'ragspine_lib_docs__pages'" in (
         capsys.readouterr().out
     )
+
+
+def test_a_collection_dropped_by_another_job_serves_nothing_then_is_republished(client: Any) -> None:
+    pages = shelf("qdrant", client)
+    pages.replace_doc(records("pub", PUBLIC), doc_id="pub")
+    assert isinstance(pages.external, QdrantPageIndex) and pages.search("revenue growth", k=1)
+    client.delete_collection(pages.external.collection)  # e.g. `ragspine reindex --recreate` elsewhere
+    assert pages.search("revenue growth", k=3) == []
+    pages.replace_doc(records("pub", PUBLIC[:2]), doc_id="pub")
+    assert [x.locator for x in pages.search("revenue growth", k=3)] == ["pub#page=1", "pub#page=2"]

@@ -117,6 +117,8 @@ class QdrantPageIndex:
         self.meta_collection = f"{self.collection}__meta"
         self._call_lock: Any = contextlib.nullcontext() if config.is_remote else threading.RLock()
         self._write_lock = threading.Lock()
+        self._ready_dim: int | None = None  # the collection exists for this width (checked or created)
+        self._search_ready = False  # the collection exists and its meta matches: searches skip the check
         self.after_step: Callable[[str], None] | None = None  # observation hook between protocol steps
 
     # ------------------------------------------------------------------ qdrant calls
@@ -158,8 +160,11 @@ class QdrantPageIndex:
 
     def _ensure(self, dim: int) -> None:
         """Create the pages collection for ``dim``-wide vectors, or check an existing one matches."""
+        if self._ready_dim == dim and self._exists():
+            return
         if self._exists():
             self._check_meta(self._meta(), dim)
+            self._ready_dim = dim
             return
         self._call(
             "create collection",
@@ -189,6 +194,7 @@ class QdrantPageIndex:
         meta = {"schema": PAGES_SCHEMA, "encoder": self.encoder.name, "dim": dim}
         point = models.PointStruct(id=_META_ID, vector={}, payload=meta)
         self._call("write meta", self.client.upsert, self.meta_collection, [point], wait=True)
+        self._ready_dim = dim
 
     # ------------------------------------------------------------------ writes
     def _stored(self, doc_ids: Sequence[str]) -> dict[str, list[StoredPage]]:
@@ -291,6 +297,7 @@ class QdrantPageIndex:
     def _upsert_hidden(
         self, doc_ids: list[str], stored: Mapping[str, list[StoredPage]], target: Mapping[str, str]
     ) -> None:
+        self._ready_dim = None  # checked once per publish (another job may have dropped the collection)
         listing = [(doc_id, p) for doc_id in doc_ids for p in stored[doc_id]]
         ids = [page_point_id(d, p.page, target[d]) for d, p in listing]
         have: set[str] = set()
@@ -313,7 +320,8 @@ class QdrantPageIndex:
                 if page is None or is_restricted(page.sensitivity):
                     continue  # withdrawn meanwhile: the next publish sees the store without it
                 block = np.asarray(page.vectors, dtype=np.float32)
-                self._ensure(int(block.shape[1]))
+                if self._ready_dim != int(block.shape[1]):
+                    self._ensure(int(block.shape[1]))
                 payload = {
                     **filter_view(page),
                     PAGE: page.page,
@@ -329,6 +337,7 @@ class QdrantPageIndex:
 
     def drop(self) -> None:
         """Delete the pages collection and its meta collection."""
+        self._ready_dim, self._search_ready = None, False
         for name in (self.collection, self.meta_collection):
             if self._call("open", self.client.collection_exists, name):
                 self._call("drop", self.client.delete_collection, name)
@@ -352,9 +361,11 @@ class QdrantPageIndex:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         if mfilter is not None and not isinstance(mfilter, MetadataFilter):
             raise ValueError("mfilter must be a MetadataFilter (see filtering.make_filter)")
-        if not self._exists():
-            return []
-        self._check_meta(self._meta(), None)
+        if not self._search_ready:  # checked once, then again only after a failed search
+            if not self._exists():
+                return []
+            self._check_meta(self._meta(), None)
+            self._search_ready = True
         query_vecs = np.asarray(self.encoder.embed_queries([query])[0], dtype=np.float32)
         if query_vecs.ndim != 2 or query_vecs.shape[0] == 0:
             raise ValueError(f"the encoder returned query vectors of shape {query_vecs.shape}")
@@ -364,16 +375,22 @@ class QdrantPageIndex:
         flt = models.Filter(must=must)
         limit = k + 8
         while True:
-            response = self._call(
-                "pages search",
-                self.client.query_points,
-                self.collection,
-                query=query_vecs.tolist(),
-                using=VECTOR,
-                query_filter=flt,
-                limit=limit,
-                with_payload=True,
-            )
+            try:
+                response = self._call(
+                    "pages search",
+                    self.client.query_points,
+                    self.collection,
+                    query=query_vecs.tolist(),
+                    using=VECTOR,
+                    query_filter=flt,
+                    limit=limit,
+                    with_payload=True,
+                )
+            except (ValueError, IndexUnavailableError):
+                self._search_ready = False
+                if not self._exists():  # dropped meanwhile (re-index): no pages to serve yet
+                    return []
+                raise
             points = response.points
             hits: list[PageLead] = []
             for p in points:
