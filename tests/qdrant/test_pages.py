@@ -543,3 +543,15 @@ def test_a_collection_dropped_by_another_job_serves_nothing_then_is_republished(
     assert pages.search("revenue growth", k=3) == []
     pages.replace_doc(records("pub", PUBLIC[:2]), doc_id="pub")
     assert [x.locator for x in pages.search("revenue growth", k=3)] == ["pub#page=1", "pub#page=2"]
+
+
+def test_every_index_on_one_local_client_shares_one_call_lock(client: Any) -> None:
+    from ragspine.retrieval.qdrant import QdrantRetriever
+
+    pages = shelf("qdrant", client)
+    text = QdrantRetriever([], client=client, config=QdrantConfig(), library="lib")
+    other = QdrantClient(location=":memory:")
+    assert isinstance(pages.external, QdrantPageIndex)
+    assert pages.external._call_lock is text._call_lock  # local mode is not thread-safe
+    assert shelf("qdrant", other).external._call_lock is not text._call_lock  # type: ignore[union-attr]
+    other.close()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,3 +75,22 @@ def open_client(config: QdrantConfig) -> Any:
             "and RAGSPINE_QDRANT_API_KEY, or set RAGSPINE_INDEX_BACKEND=memory"
         ) from exc
     return client
+
+
+_local_locks: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_local_locks_guard = threading.Lock()
+
+
+def call_lock(client: Any, config: QdrantConfig) -> Any:
+    """What serialises calls to ``client``: nothing for a server; for local mode (not thread-safe) one lock
+    per client, shared by every index (chunks and pages of every library) that uses it."""
+    if config.is_remote:
+        return contextlib.nullcontext()
+    with _local_locks_guard:
+        try:
+            lock = _local_locks.get(client)
+            if lock is None:
+                lock = _local_locks[client] = threading.RLock()
+            return lock
+        except TypeError:  # not weak-referenceable: a lock of its own
+            return threading.RLock()

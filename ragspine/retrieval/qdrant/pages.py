@@ -33,7 +33,6 @@ document the collection serves that the store no longer has) when a front opens 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import threading
@@ -46,7 +45,7 @@ from qdrant_client import models
 
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
-from ragspine.retrieval.qdrant.connection import IndexUnavailableError, QdrantConfig
+from ragspine.retrieval.qdrant.connection import IndexUnavailableError, QdrantConfig, call_lock
 from ragspine.retrieval.qdrant.filters import translate
 from ragspine.retrieval.visual.page_index import PageLead
 from ragspine.retrieval.visual.page_store import PageStore, StoredPage
@@ -115,7 +114,7 @@ class QdrantPageIndex:
         # ``name``: the library's name in collection names (letters, digits, '_', '-'); default ``library``.
         self.collection = f"{config.collection(name or library)}__pages"
         self.meta_collection = f"{self.collection}__meta"
-        self._call_lock: Any = contextlib.nullcontext() if config.is_remote else threading.RLock()
+        self._call_lock: Any = call_lock(client, config)
         self._write_lock = threading.Lock()
         self._ready_dim: int | None = None  # the collection exists for this width (checked or created)
         self._search_ready = False  # the collection exists and its meta matches: searches skip the check

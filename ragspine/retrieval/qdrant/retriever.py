@@ -25,7 +25,6 @@ front that ingests, or the re-index job).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
@@ -52,7 +51,7 @@ from ragspine.retrieval.lexical.language import query_language, reads_language
 from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
 from ragspine.retrieval.qdrant.bm25_vectors import document_weights, learned_weights, query_weights
-from ragspine.retrieval.qdrant.connection import IndexUnavailableError, QdrantConfig
+from ragspine.retrieval.qdrant.connection import IndexUnavailableError, QdrantConfig, call_lock
 from ragspine.retrieval.qdrant.filters import translate
 
 log = logging.getLogger(__name__)
@@ -137,8 +136,8 @@ class QdrantRetriever:
         self.sparse_encoder = sparse_encoder
         self.k1, self.b, self.rrf_k = float(k1), float(b), rrf_k
         self.index_text_fn = index_text_fn
-        # Local mode is not thread-safe: its calls are serialised one at a time; a server needs no lock.
-        self._call_lock: Any = contextlib.nullcontext() if config.is_remote else threading.RLock()
+        # Local mode is not thread-safe: one lock per local client, shared by every index using it.
+        self._call_lock: Any = call_lock(client, config)
         self._write_lock = threading.Lock()
         self._gen = time.time_ns()
         self.after_step: Callable[[str], None] | None = None  # observation hook between protocol steps
