@@ -555,3 +555,11 @@ def test_every_index_on_one_local_client_shares_one_call_lock(client: Any) -> No
     assert pages.external._call_lock is text._call_lock  # local mode is not thread-safe
     assert shelf("qdrant", other).external._call_lock is not text._call_lock  # type: ignore[union-attr]
     other.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nothing_stays_pending_after_writes(backend: str, client: Any) -> None:
+    pages = shelf(backend, client)
+    pages.replace_doc(records("pub", PUBLIC), doc_id="pub")
+    pages.remove_doc("pub")
+    assert pages._dirty == set()  # the in-process index never collects documents to publish

@@ -250,7 +250,7 @@ class LibraryPages:
         """Make ``prepared`` the stored pages of its document on ``conn``, inside a transaction the caller
         owns (the chunk store's, see ``shares_database``); an empty ``prepared`` removes every page.
         Returns the pages stored. Call ``invalidate`` after the transaction committed."""
-        self._dirty.add(prepared.doc_id)
+        self._note(prepared.doc_id)
         if not prepared.records:
             self.store.delete_doc_in(conn, prepared.doc_id, library=self.library_id)
             return 0
@@ -265,7 +265,7 @@ class LibraryPages:
 
     def write(self, prepared: PreparedPages) -> int:
         """``write_in`` in a transaction of the page store's own (when it has no shared database)."""
-        self._dirty.add(prepared.doc_id)
+        self._note(prepared.doc_id)
         if not prepared.records:
             self.remove_doc(prepared.doc_id)
             return 0
@@ -279,10 +279,16 @@ class LibraryPages:
         self.invalidate()
         return written
 
+    def _note(self, doc_id: str) -> None:
+        """Remember that ``doc_id``'s pages are being written, for the next publish (external index only)."""
+        if self.external is not None:
+            with self._lock:
+                self._dirty.add(doc_id)
+
     def delete_in(self, conn: Any, doc_id: str) -> int:
         """Delete every stored page of ``doc_id`` on ``conn``, inside a transaction the caller owns; returns
         how many were removed. Call ``invalidate`` after the transaction committed."""
-        self._dirty.add(doc_id)
+        self._note(doc_id)
         return self.store.delete_doc_in(conn, doc_id, library=self.library_id)
 
     def invalidate(self) -> None:
@@ -310,7 +316,7 @@ class LibraryPages:
 
     def remove_doc(self, doc_id: str) -> int:
         """Delete every stored page of ``doc_id``; returns how many were removed."""
-        self._dirty.add(doc_id)
+        self._note(doc_id)
         removed = self.store.delete_doc(doc_id, library=self.library_id)
         if removed or self.external is not None:
             self.invalidate()
