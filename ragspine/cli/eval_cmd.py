@@ -103,16 +103,24 @@ def run(args: argparse.Namespace) -> int:
 def _run_pages(args: argparse.Namespace, settings: Any, extra: dict[str, Any]) -> int:
     from ragspine.eval.pages import run_page_eval
     from ragspine.retrieval.assembly import assemble_index
+    from ragspine.retrieval.index_backend import page_index_factory
     from ragspine.retrieval.visual.factory import make_visual_encoder
 
     if args.run_file:
         raise ValueError("--run-file is not supported with --pages")
+    encoder = make_visual_encoder(settings=settings)
+    # RAGSPINE_INDEX_BACKEND=qdrant: pages are searched in a Qdrant pages collection (an unreachable Qdrant
+    # fails here, never falls back to the in-process page index).
+    page_backend = (
+        page_index_factory(settings, library="", name="eval_pages") if encoder is not None else None
+    )
     result = run_page_eval(
         args.dataset_dir,
         make_index=lambda store: assemble_index(store, settings, **extra),
-        encoder=make_visual_encoder(settings=settings),
+        encoder=encoder,
         work_dir=args.work_dir,
         max_queries=args.max_queries,
+        page_backend=page_backend,
     )
     print(result.as_json() if args.json else result.as_text())
     return 0

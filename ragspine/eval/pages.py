@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ragspine.eval.beir import BeirDataset, load_beir
 from ragspine.eval.harness import ingest_dataset
@@ -28,6 +29,7 @@ from ragspine.retrieval.constants import DEFAULT_RRF_K
 from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.visual.encoders import VisualEncoder
+from ragspine.retrieval.visual.library_pages import LibraryPages
 from ragspine.retrieval.visual.page_index import VisualPageIndex
 from ragspine.retrieval.visual.page_store import VisualPageStore
 from ragspine.retrieval.visual.pages import PageRecord, page_locator
@@ -138,8 +140,9 @@ def _index_pages(store_path: Path, encoder: VisualEncoder, entries: Sequence[Pag
 
 
 def _visual_rankings(
-    index: VisualPageIndex, entries: Sequence[PageEntry], queries: Sequence[tuple[str, str]]
+    index: Any, entries: Sequence[PageEntry], queries: Sequence[tuple[str, str]]
 ) -> tuple[dict[str, list[str]], float]:
+    """Rankings from ``index.search(text, k=...)``: a ``VisualPageIndex`` or ``LibraryPages``."""
     by_locator = {entry.locator: entry.corpus_id for entry in entries}
     ranked: dict[str, list[str]] = {}
     t0 = time.perf_counter()
@@ -175,6 +178,7 @@ def run_page_eval(
     encoder: VisualEncoder | None,
     work_dir: str | Path | None = None,
     max_queries: int | None = None,
+    page_backend: Callable[[Any, Any], Any] | None = None,
 ) -> PageEvalResult:
     """Score ``dataset_dir``'s judged queries in text, visual and fused modes.
 
@@ -182,6 +186,8 @@ def run_page_eval(
     (``None`` skips the visual and fused modes, which the result names in ``skipped``). ``work_dir`` holds
     the stores (a temporary folder when None; it must not hold an earlier run's files). Raises
     ``FileNotFoundError`` / ``ValueError`` for a folder that is not a page set or has no judged query.
+    ``page_backend`` (``index_backend.page_index_factory``) answers the visual queries from an external
+    page index (Qdrant) that the stored pages are published to, instead of the in-process one.
     """
     dataset = load_beir(dataset_dir)
     entries = load_page_entries(dataset_dir, dataset)
@@ -213,7 +219,12 @@ def run_page_eval(
             return result
         page_index = _index_pages(page_db, encoder, entries)
         try:
-            visual, visual_s = _visual_rankings(page_index, entries, judged)
+            searcher: Any = page_index
+            if page_backend is not None:
+                external = page_backend(page_index.store, encoder)
+                external.drop()  # an evaluation starts from an empty collection (another run's pages go)
+                searcher = LibraryPages("", page_index.store, encoder, external=lambda _s, _e: external)
+            visual, visual_s = _visual_rankings(searcher, entries, judged)
         finally:
             page_index.store.close()
         result.modes["visual"] = _figures(visual, dataset.qrels, visual_s)

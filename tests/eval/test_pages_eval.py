@@ -91,3 +91,43 @@ def test_page_eval_names_a_missing_image(tmp_path: Path, capsys: pytest.CaptureF
     code, _, err = _eval([str(root)], capsys)
     assert code == 2
     assert "report_p003" in err and "missing" in err
+
+
+@pytest.mark.slow
+def test_page_eval_on_qdrant_searches_the_pages_collection_with_the_same_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("qdrant_client")
+    from ragspine.retrieval.index_backend import qdrant_config, shared_client
+    from ragspine.retrieval.qdrant.pages import QdrantPageIndex
+    from ragspine.retrieval.visual.random_models import save_tiny_model
+    from ragspine.settings import Settings
+
+    model = save_tiny_model("colqwen2", tmp_path / "tiny-colqwen2", embedding_dim=16)
+    monkeypatch.setenv("RAGSPINE_VISUAL_EMBEDDER", "colqwen2")
+    monkeypatch.setenv("RAGSPINE_VISUAL_MODEL", str(model))
+    monkeypatch.setenv("RAGSPINE_DEVICE", "cpu")
+    page_set = str(build_page_set(tmp_path / "set"))
+    code, in_process, err = _eval([page_set], capsys)
+    assert code == 0, err
+    searched: list[str] = []
+    original = QdrantPageIndex.search
+
+    def recording(self: QdrantPageIndex, query: str, **kwargs: object) -> object:
+        searched.append(query)
+        return original(self, query, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(QdrantPageIndex, "search", recording)
+    monkeypatch.setenv("RAGSPINE_INDEX_BACKEND", "qdrant")
+    monkeypatch.setenv("RAGSPINE_QDRANT_URL", ":memory:")
+    monkeypatch.setenv("RAGSPINE_QDRANT_COLLECTION_PREFIX", "evalpages_")
+    for _ in range(2):  # a second run starts from an empty collection again
+        code, on_qdrant, err = _eval([page_set], capsys)
+        assert code == 0, err
+        for mode in ("visual", "fused"):
+            for figure in ("ndcg_at_5", "recall_at_10"):
+                assert on_qdrant["modes"][mode][figure] == pytest.approx(in_process["modes"][mode][figure])
+    assert sorted(searched) == sorted(text for text, _ in QUERIES.values() for _run in range(2))
+    client = shared_client(qdrant_config(Settings(qdrant_url=":memory:")))
+    assert client.count("evalpages_eval_pages__pages").count == len(PAGES)
