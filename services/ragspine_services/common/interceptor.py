@@ -64,12 +64,22 @@ class ServiceInterceptor(grpc.ServerInterceptor):
 
     def __init__(self, authenticator: Authenticator) -> None:
         self._auth = authenticator
+        # method -> (the registered handler, its wrapped handler): built once per method, not per call.
+        self._cache: dict[str, tuple[Any, Any]] = {}
 
     def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
         handler = continuation(details)
         method: str = details.method
         if handler is None or method.startswith(_UNAUTHENTICATED_PREFIXES):
             return handler
+        cached = self._cache.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrapped(handler, method)
+        self._cache[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrapped(self, handler: Any, method: str) -> Any:
         service, _, name = method.lstrip("/").rpartition("/")
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
