@@ -1,7 +1,8 @@
 """The Starlette application: Dify ``/retrieval``, REST routes for every RetrievalService RPC, OpenAPI.
 
 REST bodies and answers are the proto3 JSON mapping of the RPC's request and response messages with the
-proto's own snake_case field names (``google.protobuf.json_format`` with ``preserving_proto_field_name``);
+proto's own snake_case field names (parsed with ``google.protobuf.json_format``, printed by
+``json_mapping``, which prints the same as ``json_format`` with ``preserving_proto_field_name``);
 ``bytes`` fields travel base64-encoded, as that mapping says. ``POST /v1/libraries/{library}/upload``
 takes multipart files. Send ``Authorization: Bearer <token>`` and, for a deadline,
 ``X-Request-Timeout: <seconds>``. Errors: ``{"code": "INVALID_ARGUMENT", "message": ...}`` with the
@@ -10,17 +11,18 @@ HTTP status of the gRPC code (see ``calls.HTTP_STATUS``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+import anyio.to_thread
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -29,6 +31,7 @@ from ragspine_services._gen import retrieval_pb2
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator
 from ragspine_services.front.http import dify
 from ragspine_services.front.http.calls import CallError, invoke, parse_timeout
+from ragspine_services.front.http.json_mapping import message_to_json
 from ragspine_services.front.http.openapi import openapi_document
 
 
@@ -108,11 +111,16 @@ REST_ROUTES: tuple[RestRoute, ...] = (
     ),
 )
 DIFY_PATH = "/retrieval"
+# Servicer calls run on at most this many threads at once, as many as the gRPC server runs calls
+# (``common.server.start_server``'s ``max_workers``): more threads only contend for the GIL on the same
+# cores. Calls beyond it wait for a thread, as gRPC queues calls beyond its workers.
+HTTP_CALL_THREADS = 16
 
 
 def to_json(message: Message) -> dict[str, Any]:
-    """The proto3 JSON mapping of ``message`` with the proto's snake_case field names."""
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+    """The proto3 JSON mapping of ``message`` with the proto's snake_case field names (the same dict as
+    ``json_format.MessageToDict(message, preserving_proto_field_name=True)``, printed faster)."""
+    return message_to_json(message)
 
 
 def _error(exc: CallError) -> JSONResponse:
@@ -179,9 +187,20 @@ async def _upload(request: Request) -> Message:
     return retrieval_pb2.IngestRequest(library=library, documents=documents)
 
 
-def build_app(servicer: Any, authenticator: Authenticator | None = None) -> Starlette:
-    """The HTTP application over ``servicer`` (a ``RetrievalServicer``) and the gRPC tier's authenticator."""
+def build_app(
+    servicer: Any, authenticator: Authenticator | None = None, *, call_threads: int = HTTP_CALL_THREADS
+) -> Starlette:
+    """The HTTP application over ``servicer`` (a ``RetrievalServicer``) and the gRPC tier's authenticator;
+    servicer calls run on at most ``call_threads`` threads at once."""
+    if call_threads < 1:
+        raise ValueError(f"call_threads must be >= 1, got {call_threads}")
     auth = authenticator or OpenAuthenticator()
+    limiters: list[anyio.CapacityLimiter] = []  # made on the server's event loop, at the first call
+
+    async def call(*args: Any) -> Any:
+        if not limiters:
+            limiters.append(anyio.CapacityLimiter(call_threads))
+        return await anyio.to_thread.run_sync(functools.partial(invoke, auth, *args), limiter=limiters[0])
 
     def rest_endpoint(route: RestRoute) -> Callable[[Request], Any]:
         method = getattr(servicer, route.rpc)
@@ -198,9 +217,7 @@ def build_app(servicer: Any, authenticator: Authenticator | None = None) -> Star
                     message = await _upload(request)
                 else:
                     message = route.request_type()
-                result = await run_in_threadpool(
-                    invoke, auth, route.rpc, method, message, request.headers, deadline
-                )
+                result = await call(route.rpc, method, message, request.headers, deadline)
             except CallError as exc:
                 return _error(exc)
             return JSONResponse(to_json(result))
@@ -223,9 +240,7 @@ def build_app(servicer: Any, authenticator: Authenticator | None = None) -> Star
             body = await _json_body(request)
             retrieve = dify.retrieve_request(body)
             library = retrieve.libraries[0]
-            response = await run_in_threadpool(
-                invoke, auth, "Retrieve", servicer.Retrieve, retrieve, request.headers, deadline
-            )
+            response = await call("Retrieve", servicer.Retrieve, retrieve, request.headers, deadline)
         except CallError as exc:
             status, payload = dify.error_body(exc, library=library)
             return JSONResponse(payload, status_code=status)
