@@ -1,4 +1,5 @@
-"""The tracing interceptors on real loopback servers, with an in-memory span exporter (no global provider).
+"""The tracing interceptors on real loopback servers, with the services' tracer (``common.lean_trace``)
+sending to an in-memory sink (no global provider is installed).
 
 Two gRPC servers, each with ``TracingServerInterceptor``: the first one's handler calls the second through
 a channel wrapped by ``TracingClientInterceptor``, as the front calls the worker. One call must give one
@@ -8,20 +9,18 @@ Reverse proof: a client interceptor that does not send ``traceparent`` must fail
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
 import grpc
 import pytest
 
-pytest.importorskip("opentelemetry.sdk")
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+pytest.importorskip("opentelemetry.trace")
 from opentelemetry.trace import SpanKind, StatusCode, get_current_span
 
 from ragspine_services.common import tracing
+from ragspine_services.common.lean_trace import LeanSpan, LeanTracerProvider
 from ragspine_services.common.tracing import (
     TracingClientInterceptor,
     TracingServerInterceptor,
@@ -62,21 +61,33 @@ def _server(
     return server, f"127.0.0.1:{port}"
 
 
+class Sink:
+    def __init__(self) -> None:
+        self.spans: list[LeanSpan] = []
+
+    def __call__(self, batch: Sequence[LeanSpan]) -> None:
+        self.spans.extend(batch)
+
+
 @pytest.fixture()
-def spans() -> Iterator[tuple[Any, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider.get_tracer("test"), exporter
+def spans() -> Iterator[tuple[Any, LeanTracerProvider, Sink]]:
+    sink = Sink()
+    provider = LeanTracerProvider(sink, schedule_s=0.05)
+    yield provider.get_tracer("test"), provider, sink
     provider.shutdown()
 
 
+def _finished(provider: LeanTracerProvider, sink: Sink) -> list[LeanSpan]:
+    provider.force_flush()
+    return list(sink.spans)
+
+
 def _run(
-    spans: tuple[Any, InMemorySpanExporter], client_interceptor: grpc.UnaryUnaryClientInterceptor
-) -> tuple[list[ReadableSpan], list[Any]]:
+    spans: tuple[Any, LeanTracerProvider, Sink], client_interceptor: grpc.UnaryUnaryClientInterceptor
+) -> tuple[list[LeanSpan], list[Any]]:
     """Caller (with a traceparent) → server A → (client span) → server B, twice; returns the finished
     spans and what server B saw as its current span context."""
-    tracer, exporter = spans
+    tracer, provider, sink = spans
     seen: list[Any] = []
 
     def leaf(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -105,27 +116,27 @@ def _run(
         channel.close()
         front_server.stop(0)
         leaf_server.stop(0)
-    return list(exporter.get_finished_spans()), seen
+    return _finished(provider, sink), seen
 
 
-def check_one_trace(finished: list[ReadableSpan]) -> None:
+def check_one_trace(finished: list[LeanSpan]) -> None:
     """Every span is in the caller's trace and the parent chain of each leaf span reaches the caller."""
-    by_id = {s.context.span_id: s for s in finished}
+    by_id = {s.get_span_context().span_id: s for s in finished}
     leaves = [s for s in finished if s.name == "test.Svc/Leaf" and s.kind is SpanKind.SERVER]
     fronts = [s for s in finished if s.name == "test.Svc/Front" and s.kind is SpanKind.SERVER]
     clients = [s for s in finished if s.name == "test.Svc/Leaf" and s.kind is SpanKind.CLIENT]
     assert len(leaves) == 2 and len(fronts) == 1 and len(clients) == 2, [(s.name, s.kind) for s in finished]
-    assert {s.context.trace_id for s in finished} == {CALLER_TRACE}
+    assert {s.get_span_context().trace_id for s in finished} == {CALLER_TRACE}
     assert fronts[0].parent is not None and fronts[0].parent.span_id == CALLER_SPAN
     for leaf in leaves:
         assert leaf.parent is not None and leaf.parent.is_remote
         client = by_id[leaf.parent.span_id]
         assert client.kind is SpanKind.CLIENT
-        assert client.parent is not None and client.parent.span_id == fronts[0].context.span_id
+        assert client.parent is not None and client.parent.span_id == fronts[0].get_span_context().span_id
 
 
-def test_one_call_is_one_trace_through_two_servers(spans: tuple[Any, InMemorySpanExporter]) -> None:
-    tracer, _ = spans
+def test_one_call_is_one_trace_through_two_servers(spans: tuple[Any, LeanTracerProvider, Sink]) -> None:
+    tracer = spans[0]
     finished, seen = _run(spans, TracingClientInterceptor(tracer))
     check_one_trace(finished)
     # The handler runs inside its span (stage spans nest there), and attributes name the RPC only.
@@ -150,16 +161,16 @@ class _NoPropagation(TracingClientInterceptor):
 
 
 def test_reverse_proof_a_client_that_drops_the_context_is_caught(
-    spans: tuple[Any, InMemorySpanExporter],
+    spans: tuple[Any, LeanTracerProvider, Sink],
 ) -> None:
-    tracer, _ = spans
+    tracer = spans[0]
     finished, _ = _run(spans, _NoPropagation(tracer))
     with pytest.raises(AssertionError):
         check_one_trace(finished)
 
 
-def test_a_failed_call_marks_both_spans(spans: tuple[Any, InMemorySpanExporter]) -> None:
-    tracer, exporter = spans
+def test_a_failed_call_marks_both_spans(spans: tuple[Any, LeanTracerProvider, Sink]) -> None:
+    tracer, provider, sink = spans
 
     def refuse(request: bytes, context: grpc.ServicerContext) -> bytes:
         context.abort(grpc.StatusCode.NOT_FOUND, "no such thing")
@@ -176,10 +187,11 @@ def test_a_failed_call_marks_both_spans(spans: tuple[Any, InMemorySpanExporter])
     finally:
         channel.close()
         server.stop(0)
-    finished = exporter.get_finished_spans()
+    finished = _finished(provider, sink)
     assert {s.kind for s in finished} == {SpanKind.SERVER, SpanKind.CLIENT}
     for span in finished:
-        assert span.status.status_code is StatusCode.ERROR
+        assert span.status_code is StatusCode.ERROR
+        assert span.attributes is not None
         assert span.attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
 
 

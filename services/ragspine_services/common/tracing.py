@@ -9,10 +9,10 @@ pipeline stages (``ragspine.tracing.stage_span``) nest inside. Spans carry ids, 
 never document text or queries. Health checks and reflection are not traced. Off (the default), no
 interceptor is installed and nothing is recorded.
 
-The interceptors are our own and kept lean for the per-request budget: one span per call started with a
-precomputed attribute mapping per method (the status code is set again only when a call fails), the
-parent read from one metadata entry, spans handed to a batch processor (export never runs on the
-request's thread).
+The tracer and the interceptors are our own and kept lean for the per-request budget
+(``common.lean_trace``): one span per call started with a precomputed attribute mapping per method (the
+status code is set again only when a call fails), the parent read from one metadata entry, ended spans
+queued for a background batch exporter (export never runs on the request's thread).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ _GRPC_STATUS_CODE = "rpc.grpc.status_code"
 
 
 def configure_tracing(settings: Settings, service_name: str, *, exporter: Any = None) -> bool:
-    """Install a tracer provider exporting to ``settings.otlp_endpoint`` (or to ``exporter``, for tests);
-    servers and worker channels created from now on get the tracing interceptors. Returns True when
-    tracing is on.
+    """Install a tracer provider (``common.lean_trace``) exporting to ``settings.otlp_endpoint`` (or to
+    ``exporter``, a callable taking a batch of ended spans, for tests); servers and worker channels
+    created from now on get the tracing interceptors. Returns True when tracing is on.
 
     Call before the servers and the worker channel are created; once per process (later calls are no-ops).
     Raises ``ValueError`` naming the setting and the extra when the endpoint is set but unusable."""
@@ -54,10 +54,11 @@ def configure_tracing(settings: Settings, service_name: str, *, exporter: Any = 
             return True
         try:
             from opentelemetry import trace
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-            from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+            from ragspine_services.common.lean_trace import LeanTracerProvider, OtlpGrpcSink
+
+            if exporter is None:
+                import opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc  # noqa: F401
         except ModuleNotFoundError as exc:
             raise ValueError(
                 f"RAGSPINE_OTLP_ENDPOINT is set but tracing is not installed ({exc.name}): "
@@ -69,19 +70,18 @@ def configure_tracing(settings: Settings, service_name: str, *, exporter: Any = 
                     f"RAGSPINE_OTLP_ENDPOINT={endpoint!r} must start with http:// (plaintext gRPC) "
                     "or https:// (TLS)"
                 )
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-            exporter = OTLPSpanExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
+            exporter = OtlpGrpcSink(endpoint, service_name)
         ratio = settings.otlp_sample_ratio
         if not 0.0 <= ratio <= 1.0:
             raise ValueError(f"RAGSPINE_OTLP_SAMPLE_RATIO={ratio} must be between 0 and 1")
         # A worker follows the front's decision (parent-based): a sampled request is traced end to end.
-        sampler = ParentBased(TraceIdRatioBased(ratio))
-        provider = TracerProvider(resource=Resource.create({"service.name": service_name}), sampler=sampler)
-        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=500))
+        provider = LeanTracerProvider(exporter, ratio=ratio)
         trace.set_tracer_provider(provider)
         _configured.update(
-            provider=provider, service=service_name, tracer=provider.get_tracer("ragspine_services")
+            provider=provider,
+            sink=exporter,
+            service=service_name,
+            tracer=provider.get_tracer("ragspine_services"),
         )
         target = endpoint or "in-process exporter"
         _LOG.info("tracing on", extra={"endpoint": target, "service": service_name})
@@ -110,8 +110,12 @@ def shutdown_tracing() -> None:
     """Flush and stop the exporter (called on shutdown so the last spans are not lost)."""
     with _lock:
         provider = _configured.get("provider")
+        sink = _configured.get("sink")
     if provider is not None:
         provider.shutdown()
+    close = getattr(sink, "close", None)
+    if close is not None:
+        close()
 
 
 # ---------------------------------------------------------------------------------------- propagation
