@@ -320,11 +320,31 @@ class OtlpGrpcSink:
             ]
         )
         self._scope = common_pb2.InstrumentationScope(name="ragspine")
+        self._encoded: dict[Any, list[Any]] = {}
+
+    def _attributes(self, attributes: Mapping[str, Any]) -> list[Any]:
+        """The ``KeyValue`` list of ``attributes``, built once per distinct set of (hashable) values:
+        the RPC spans of one method and most stage spans repeat theirs."""
+        try:
+            key: Any = tuple(attributes.items())
+            cached = self._encoded.get(key)
+        except TypeError:  # a list value: not cacheable
+            key, cached = None, None
+        if cached is None:
+            common_pb2 = self._pb[1]
+            cached = [
+                common_pb2.KeyValue(key=k, value=_any_value(v, common_pb2)) for k, v in attributes.items()
+            ]
+            if key is not None:
+                if len(self._encoded) >= 1024:
+                    self._encoded.clear()
+                self._encoded[key] = cached
+        return cached
 
     def encode(self, batch: Sequence[LeanSpan]) -> Any:
         """The ``ExportTraceServiceRequest`` of ``batch``."""
-        trace_service_pb2, common_pb2, trace_pb2 = self._pb
-        KeyValue, Span = common_pb2.KeyValue, trace_pb2.Span
+        trace_service_pb2, _, trace_pb2 = self._pb
+        Span = trace_pb2.Span
         spans = []
         for span in batch:
             context = span.get_span_context()
@@ -335,10 +355,7 @@ class OtlpGrpcSink:
                 kind=span.kind.value + 1,  # OTLP numbers kinds from UNSPECIFIED = 0
                 start_time_unix_nano=span.start_ns,
                 end_time_unix_nano=span.end_ns,
-                attributes=[
-                    KeyValue(key=k, value=_any_value(v, common_pb2))
-                    for k, v in (span.attributes or {}).items()
-                ],
+                attributes=self._attributes(span.attributes) if span.attributes else None,
             )
             if span.parent is not None:
                 message.parent_span_id = span.parent.span_id.to_bytes(8, "big")
