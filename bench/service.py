@@ -43,7 +43,7 @@ import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from ragspine.ingest import iter_beir_jsonl  # noqa: E402
-from ragspine.retrieval.pipeline import RetrievalPipeline, RetrieveRequest  # noqa: E402
+from ragspine.retrieval.pipeline import RelevanceStage, RetrievalPipeline, RetrieveRequest  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
 from ragspine_services.client import LocalFront  # noqa: E402
@@ -96,8 +96,9 @@ def _stats(latencies_ms: list[float], elapsed_s: float, errors: int) -> dict[str
 
 
 def _time_pipeline(catalog: LibraryCatalog, queries: list[str]) -> dict[str, float]:
-    """The servicer's domain call, without gRPC, one query at a time."""
-    pipeline = RetrievalPipeline([catalog.get(LIBRARY)])
+    """The servicer's domain call, without gRPC, one query at a time: the same pipeline the servicer
+    runs, including the relevance stage it inserts after the exits."""
+    pipeline = RetrievalPipeline([catalog.get(LIBRARY)]).with_stage(RelevanceStage(), after="exit")
     for query in queries[:10]:  # warm-up: caches, lazily embedded chunk vectors
         pipeline.run(RetrieveRequest(query, top_k=TOP_K))
     latencies = []

@@ -99,6 +99,7 @@ class ServiceInterceptor(grpc.ServerInterceptor):
         self, behavior: Callable[[Any, Any], Any], service: str, name: str, *, stream: bool = False
     ) -> Callable[[Any, Any], Any]:
         auth = self._auth
+        latency: dict[grpc.StatusCode, Any] = {}  # this method's histogram child per status code
 
         def handle(request: Any, context: grpc.ServicerContext) -> Any:
             started = time.perf_counter()
@@ -127,7 +128,10 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                 if token is not None:
                     reset_current_caller(token)
                 elapsed = time.perf_counter() - started
-                metrics.RPC_LATENCY.labels(service, name, code.name).observe(elapsed)
+                child = latency.get(code)
+                if child is None:
+                    child = latency[code] = metrics.RPC_LATENCY.labels(service, name, code.name)
+                child.observe(elapsed)
                 if _LOG.isEnabledFor(logging.DEBUG):  # skip building the record on the hot path
                     _LOG.debug(
                         "rpc", extra={"rpc": f"{service}/{name}", "code": code.name, "ms": elapsed * 1e3}
