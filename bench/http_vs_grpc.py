@@ -9,8 +9,9 @@ same machine load):
   http /retrieval    Dify External Knowledge API body, http.client keep-alive connection per thread
   http /v1/retrieve  the REST mapping of RetrieveRequest
 Every call asks top_k=10 with no relevance threshold, so all three return the same snippets. Printed per
-row: p50 / p99 latency (ms) and queries/s (medians over rounds), errors; and per level the HTTP p50 cost
-over gRPC: the median over rounds of the per-round difference.
+row: p50 / p99 latency (ms) and queries/s (medians over rounds), errors, the server process's CPU time
+per query (mean over rounds; unlike latency it does not depend on what else runs on the machine); and
+per level the HTTP p50 cost over gRPC: the median over rounds of the per-round difference.
 
 Usage: python bench/http_vs_grpc.py [--data ../shared/data/scifact] [--queries 300] [--levels 1,8,32]
        [--rounds 3] [--json]
@@ -81,12 +82,18 @@ class _Connections:
         return json.loads(payload)
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(
-    grpc_address: str, http_port: int, queries: list[str], levels: list[int], rounds: int
+    grpc_address: str, http_port: int, queries: list[str], levels: list[int], rounds: int, server_pid: int
 ) -> tuple[dict[str, Any], dict[str, list[float]]]:
     """Per level, ``rounds`` alternating rounds (the three ways in a rotated order each round, every way
-    sending every query). Returns pooled rows per way and level, and per level and HTTP way the
-    per-round p50 cost over gRPC's p50 in the same round."""
+    sending every query). Returns pooled rows per way and level (with the server's CPU per query), and
+    per level and HTTP way the per-round p50 cost over gRPC's p50 in the same round."""
     rows: dict[str, dict[str, Any]] = {}
     costs: dict[str, list[float]] = {}
     connections = _Connections(http_port)
@@ -121,7 +128,10 @@ def measure(
             for r in range(rounds):
                 order = labels[r % len(labels) :] + labels[: r % len(labels)]
                 for label in order:
-                    per_round[label].append(_threaded(calls[label], queries, level))
+                    before = _cpu_s(server_pid)
+                    row = _threaded(calls[label], queries, level)
+                    row["server_cpu_ms"] = (_cpu_s(server_pid) - before) * 1e3 / len(queries)
+                    per_round[label].append(row)
             for label in labels:
                 results = per_round[label]
                 rows[f"{label} c={level}"] = {
@@ -129,6 +139,7 @@ def measure(
                     "p99_ms": statistics.median(r["p99_ms"] for r in results),
                     "qps": statistics.median(r["qps"] for r in results),
                     "errors": sum(int(r["errors"]) for r in results),
+                    "server_cpu_ms": statistics.mean(r["server_cpu_ms"] for r in results),
                 }
                 if label != "grpc Retrieve":
                     costs[f"{label} c={level}"] = [
@@ -175,7 +186,7 @@ def main() -> None:
             address = f"127.0.0.1:{grpc_port}"
             _wait_serving(address)
             loads = [_load()]
-            rows, costs = measure(address, http_port, queries, levels, args.rounds)
+            rows, costs = measure(address, http_port, queries, levels, args.rounds, server.pid)
             loads.append(_load())
         finally:
             server.terminate()
@@ -189,9 +200,12 @@ def main() -> None:
         f"{args.rounds} alternating rounds (medians over rounds), top_k={TOP_K}, lexical; "
         f"load average before / after: {loads[0]} / {loads[1]}"
     )
-    print(f"{'':26}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}")
+    print(f"{'':26}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}{'server CPU ms/q':>17}")
     for label, row in rows.items():
-        print(f"{label:26}{row['p50_ms']:9.2f}{row['p99_ms']:9.2f}{row['qps']:9.1f}{row['errors']:8d}")
+        print(
+            f"{label:26}{row['p50_ms']:9.2f}{row['p99_ms']:9.2f}{row['qps']:9.1f}{row['errors']:8d}"
+            f"{row['server_cpu_ms']:17.3f}"
+        )
     for level in levels:
         for label in ("http /retrieval", "http /v1/retrieve"):
             per_round = costs[f"{label} c={level}"]
