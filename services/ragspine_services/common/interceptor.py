@@ -64,8 +64,10 @@ class ServiceInterceptor(grpc.ServerInterceptor):
 
     def __init__(self, authenticator: Authenticator) -> None:
         self._auth = authenticator
-        # method -> (the registered handler, its wrapped handler): built once per method, not per call.
-        self._cache: dict[str, tuple[Any, Any]] = {}
+        # method -> (the registered handler, the deserializer wrapper used, its wrapped handler): built
+        # once per method, not per call; built again if either is replaced (the fuzz tests' reverse proof
+        # swaps the wrapper on a running server).
+        self._cache: dict[str, tuple[Any, Any, Any]] = {}
 
     def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
         handler = continuation(details)
@@ -73,10 +75,10 @@ class ServiceInterceptor(grpc.ServerInterceptor):
         if handler is None or method.startswith(_UNAUTHENTICATED_PREFIXES):
             return handler
         cached = self._cache.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
+        if cached is not None and cached[0] is handler and cached[1] is tolerant_deserializer:
+            return cached[2]
         wrapped = self._wrapped(handler, method)
-        self._cache[method] = (handler, wrapped)
+        self._cache[method] = (handler, tolerant_deserializer, wrapped)
         return wrapped
 
     def _wrapped(self, handler: Any, method: str) -> Any:
