@@ -3,14 +3,18 @@
 Ingests SciFact (skipped cleanly when absent: the packaged sample corpus stands in) into a scratch folder,
 starts ``ragspine serve all --http-port`` (lexical, no reranker) as a subprocess on loopback, then sends the
 same questions three ways, each at 1, 8 and 32 concurrent callers (threads, one keep-alive connection or
-one channel each way):
+one channel each way), in alternating rounds (the order of the three rotates each round, so all see the
+same machine load):
   grpc Retrieve      RetrievalServiceStub.Retrieve on one channel
   http /retrieval    Dify External Knowledge API body, http.client keep-alive connection per thread
   http /v1/retrieve  the REST mapping of RetrieveRequest
 Every call asks top_k=10 with no relevance threshold, so all three return the same snippets. Printed per
-row: p50 / p99 latency (ms), queries/s, errors; and the HTTP p50 cost over gRPC per level.
+row: p50 / p99 latency (ms) and queries/s (medians over rounds), errors, the server process's CPU time
+per query (mean over rounds; unlike latency it does not depend on what else runs on the machine); and
+per level the HTTP p50 cost over gRPC: the median over rounds of the per-round difference.
 
 Usage: python bench/http_vs_grpc.py [--data ../shared/data/scifact] [--queries 300] [--levels 1,8,32]
+       [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import argparse  # noqa: E402
 import http.client  # noqa: E402
 import json  # noqa: E402
 import socket  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -77,8 +82,20 @@ class _Connections:
         return json.loads(payload)
 
 
-def measure(grpc_address: str, http_port: int, queries: list[str], levels: list[int]) -> dict[str, Any]:
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(
+    grpc_address: str, http_port: int, queries: list[str], levels: list[int], rounds: int, server_pid: int
+) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """Per level, ``rounds`` alternating rounds (the three ways in a rotated order each round, every way
+    sending every query). Returns pooled rows per way and level (with the server's CPU per query), and
+    per level and HTTP way the per-round p50 cost over gRPC's p50 in the same round."""
     rows: dict[str, dict[str, Any]] = {}
+    costs: dict[str, list[float]] = {}
     connections = _Connections(http_port)
     with grpc.insecure_channel(grpc_address) as channel:
         stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
@@ -105,10 +122,35 @@ def measure(grpc_address: str, http_port: int, queries: list[str], levels: list[
             "http /retrieval": via_dify,
             "http /v1/retrieve": via_rest,
         }
+        labels = list(calls)
         for level in levels:
-            for label, call in calls.items():
-                rows[f"{label} c={level}"] = _threaded(call, queries, level)
-    return rows
+            per_round: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
+            for r in range(rounds):
+                order = labels[r % len(labels) :] + labels[: r % len(labels)]
+                for label in order:
+                    before = _cpu_s(server_pid)
+                    row = _threaded(calls[label], queries, level)
+                    row["server_cpu_ms"] = (_cpu_s(server_pid) - before) * 1e3 / len(queries)
+                    per_round[label].append(row)
+            for label in labels:
+                results = per_round[label]
+                rows[f"{label} c={level}"] = {
+                    "p50_ms": statistics.median(r["p50_ms"] for r in results),
+                    "p99_ms": statistics.median(r["p99_ms"] for r in results),
+                    "qps": statistics.median(r["qps"] for r in results),
+                    "errors": sum(int(r["errors"]) for r in results),
+                    "server_cpu_ms": statistics.mean(r["server_cpu_ms"] for r in results),
+                }
+                if label != "grpc Retrieve":
+                    costs[f"{label} c={level}"] = [
+                        mine["p50_ms"] - base["p50_ms"]
+                        for mine, base in zip(results, per_round["grpc Retrieve"], strict=True)
+                    ]
+    return rows, costs
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -116,6 +158,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a BEIR folder (default SciFact)")
     parser.add_argument("--queries", type=int, default=300, help="queries per measurement")
     parser.add_argument("--levels", default="1,8,32", help="concurrency levels")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per level")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     data: Path | None = args.data if (args.data / "corpus.jsonl").is_file() else None
@@ -142,24 +185,34 @@ def main() -> None:
         try:
             address = f"127.0.0.1:{grpc_port}"
             _wait_serving(address)
-            rows = measure(address, http_port, queries, levels)
+            loads = [_load()]
+            rows, costs = measure(address, http_port, queries, levels, args.rounds, server.pid)
+            loads.append(_load())
         finally:
             server.terminate()
             server.wait(30)
             log.close()
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"rows": rows, "cost_per_round_ms": costs, "load_average": loads}, indent=2))
         return
     print(
-        f"\n{'SciFact' if data else 'sample corpus'}: {len(queries)} queries per row, top_k={TOP_K}, lexical"
+        f"\n{'SciFact' if data else 'sample corpus'}: {len(queries)} queries per row and round, "
+        f"{args.rounds} alternating rounds (medians over rounds), top_k={TOP_K}, lexical; "
+        f"load average before / after: {loads[0]} / {loads[1]}"
     )
-    print(f"{'':26}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}")
+    print(f"{'':26}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}{'server CPU ms/q':>17}")
     for label, row in rows.items():
-        print(f"{label:26}{row['p50_ms']:9.2f}{row['p99_ms']:9.2f}{row['qps']:9.1f}{row['errors']:8d}")
+        print(
+            f"{label:26}{row['p50_ms']:9.2f}{row['p99_ms']:9.2f}{row['qps']:9.1f}{row['errors']:8d}"
+            f"{row['server_cpu_ms']:17.3f}"
+        )
     for level in levels:
-        base = rows[f"grpc Retrieve c={level}"]["p50_ms"]
         for label in ("http /retrieval", "http /v1/retrieve"):
-            print(f"{label} cost at p50, c={level}: {rows[f'{label} c={level}']['p50_ms'] - base:+.2f} ms")
+            per_round = costs[f"{label} c={level}"]
+            print(
+                f"{label} cost at p50, c={level}: {statistics.median(per_round):+.2f} ms "
+                f"(median of per-round differences {', '.join(f'{x:+.2f}' for x in per_round)})"
+            )
 
 
 if __name__ == "__main__":

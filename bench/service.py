@@ -1,22 +1,25 @@
 """Retrieve over gRPC against the in-process pipeline, on SciFact, same run.
 
 For each setup the script ingests SciFact once into a scratch data folder, starts real servers as
-subprocesses on loopback, and measures:
-  in-process   the retrieval pipeline the servicer runs (RetrievalPipeline over the library, the same
-               RetrieveRequest), in the benchmark process on the same store, models in-process
-  in-process+worker   (split-hybrid only) the same, wired like the front (build_front_parts): the query is
-               embedded by the same worker process over gRPC, so only the client→front hop is left out
-  grpc c=N     RetrievalService.Retrieve from an asyncio client keeping N calls in flight
-Setups:
+subprocesses on loopback, and measures in alternating rounds (so both see the same machine load):
+  in-process          the retrieval pipeline the servicer runs (RetrievalPipeline over the library with
+                      the relevance stage the servicer adds, the same RetrieveRequest) in the benchmark
+                      process on the same store (laptop-lexical)
+  in-process+worker   the same, wired like the front (build_front_parts): the query is embedded by the
+                      same worker process over gRPC, so only the client→front hop and the front tier's own
+                      work are left out (split-hybrid)
+  grpc c=1 (alt.)     RetrievalService.Retrieve, one call at a time, alternating with the row above
+then, one after the other, RetrievalService.Retrieve from an asyncio client keeping N calls in flight
+(grpc c=N). Setups:
   laptop-lexical   `ragspine serve all`, BM25 only
   split-hybrid     `ragspine serve worker` + `ragspine serve front`, BM25 + dense (deterministic backend
                    on the worker), i.e. every query makes one front→worker Embed call
-Printed per row: p50 / p99 latency (ms), throughput (queries/s), errors; and the gRPC p50 overhead
-(c=1 minus in-process, and in split mode c=1 minus in-process+worker: the front tier's own cost). Goals:
-overhead <= 1 ms at p50 in laptop mode, <= 1.5 ms in split mode, zero errors at c=32.
+Printed per row: p50 / p99 latency (ms), throughput (queries/s), errors; and the front tier's p50 cost:
+the median over rounds of (gRPC c=1 p50 minus in-process p50). Goals: <= 1 ms in laptop mode, <= 1.5 ms
+in split mode, zero errors at c=32.
 
-Usage: python bench/service.py [--data ../shared/data/scifact] [--queries 300] [--levels 1,8,32] [--json]
-"""
+Usage: python bench/service.py [--data ../shared/data/scifact] [--queries 300] [--levels 1,8,32]
+       [--rounds 20] [--setups laptop-lexical,split-hybrid] [--json]"""
 
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from ragspine.ingest import iter_beir_jsonl  # noqa: E402
-from ragspine.retrieval.pipeline import RetrievalPipeline, RetrieveRequest  # noqa: E402
+from ragspine.retrieval.pipeline import RelevanceStage, RetrievalPipeline, RetrieveRequest  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
 from ragspine_services.client import LocalFront  # noqa: E402
@@ -95,38 +98,52 @@ def _stats(latencies_ms: list[float], elapsed_s: float, errors: int) -> dict[str
     }
 
 
-def _time_pipeline(catalog: LibraryCatalog, queries: list[str]) -> dict[str, float]:
-    """The servicer's domain call, without gRPC, one query at a time."""
-    pipeline = RetrievalPipeline([catalog.get(LIBRARY)])
-    for query in queries[:10]:  # warm-up: caches, lazily embedded chunk vectors
-        pipeline.run(RetrieveRequest(query, top_k=TOP_K))
+def _timed(call: Any, queries: list[str]) -> list[float]:
     latencies = []
-    degraded = 0
-    started = time.perf_counter()
     for query in queries:
         t0 = time.perf_counter()
-        report = pipeline.run(RetrieveRequest(query, top_k=TOP_K))
+        call(query)
         latencies.append((time.perf_counter() - t0) * 1e3)
-        degraded += bool(report.degraded)
-    return _stats(latencies, time.perf_counter() - started, degraded)
+    return latencies
 
 
-def in_process(settings: Settings, queries: list[str]) -> dict[str, float]:
-    """The pipeline with in-process models (no worker, no gRPC)."""
-    catalog = LibraryCatalog(settings)
-    try:
-        return _time_pipeline(catalog, queries)
-    finally:
-        catalog.close()
+def interleaved(catalog: LibraryCatalog, address: str, queries: list[str], rounds: int) -> dict[str, Any]:
+    """The in-process pipeline (the servicer's call, no gRPC) and gRPC ``Retrieve`` at c=1 in alternating
+    rounds over the same queries; the front tier's cost is the median of the per-round p50 differences."""
+    pipeline = RetrievalPipeline([catalog.get(LIBRARY)]).with_stage(RelevanceStage(), after="exit")
+    degraded = 0
 
+    def local(query: str) -> None:
+        nonlocal degraded
+        degraded += bool(pipeline.run(RetrieveRequest(query, top_k=TOP_K)).degraded)
 
-def in_process_via_worker(settings: Settings, queries: list[str]) -> dict[str, float]:
-    """The pipeline wired exactly like the front (worker clients included), minus the client→front hop."""
-    parts = build_front_parts(settings)
-    try:
-        return _time_pipeline(parts.catalog, queries)
-    finally:
-        parts.close()
+    with grpc.insecure_channel(address) as channel:
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+
+        def remote(query: str) -> None:
+            nonlocal degraded
+            request = retrieval_pb2.RetrieveRequest(query=query, top_k=TOP_K)
+            degraded += bool(stub.Retrieve(request, timeout=30).degraded)
+
+        calls = {"in-process": local, "grpc c=1": remote}
+        for call in calls.values():
+            _timed(call, queries[:10])  # warm-up: caches, connections
+        block = max(1, len(queries) // rounds)
+        latencies: dict[str, list[float]] = {name: [] for name in calls}
+        costs = []
+        for r in range(rounds):
+            chunk = queries[r * block : (r + 1) * block]
+            order = list(calls) if r % 2 == 0 else list(reversed(calls))
+            medians = {}
+            for name in order:
+                values = _timed(calls[name], chunk)
+                latencies[name] += values
+                medians[name] = statistics.median(values)
+            costs.append(medians["grpc c=1"] - medians["in-process"])
+    rows: dict[str, Any] = {name: _stats(values, sum(values) / 1e3, 0) for name, values in latencies.items()}
+    rows["front tier p50 cost (median of rounds)"] = statistics.median(costs)
+    rows["degraded answers"] = degraded
+    return rows
 
 
 async def over_grpc(address: str, queries: list[str], concurrency: int, total: int) -> dict[str, float]:
@@ -179,6 +196,19 @@ def _wait_serving(address: str, timeout: float = 120.0) -> None:
     raise RuntimeError(f"{address} did not become SERVING")
 
 
+def _wait_vectors(address: str, timeout: float = 900.0) -> None:
+    """Wait until the front's answers are no longer partial: every chunk has its vectors (the backlog
+    drain would otherwise compete with the measured queries)."""
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as channel:
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+        probe = retrieval_pb2.RetrieveRequest(query="vectors ready?", top_k=1)
+        while stub.Retrieve(probe, timeout=60).partial:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vectors were not ready after {timeout:.0f} s")
+            time.sleep(1.0)
+
+
 def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     handle = log.open("wb")
     return subprocess.Popen(
@@ -186,7 +216,9 @@ def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
     )
 
 
-def run_setup(name: str, data_dir: Path, queries: list[str], levels: list[int], total: int) -> dict[str, Any]:
+def run_setup(
+    name: str, data_dir: Path, queries: list[str], levels: list[int], total: int, rounds: int
+) -> dict[str, Any]:
     hybrid = name == "split-hybrid"
     common = {"RAGSPINE_DATA_DIR": str(data_dir), "RAGSPINE_RERANKER": "none"}
     procs = []
@@ -209,10 +241,23 @@ def run_setup(name: str, data_dir: Path, queries: list[str], levels: list[int], 
     try:
         address = f"127.0.0.1:{front_port}"
         _wait_serving(address)
-        rows: dict[str, Any] = {"in-process": in_process(settings, queries)}
+        rows: dict[str, Any] = {}
         if hybrid:
+            _wait_vectors(address)
+            # Wired exactly like the front (build_front_parts: the query embedded by the same worker over
+            # gRPC), so the difference to gRPC c=1 is the client→front hop and the front tier's own work.
             via_worker = replace(settings, worker_address=front_env["RAGSPINE_WORKER_ADDRESS"])
-            rows["in-process+worker"] = in_process_via_worker(via_worker, queries)
+            parts = build_front_parts(via_worker)
+            try:
+                rows["interleaved"] = interleaved(parts.catalog, address, queries, rounds)
+            finally:
+                parts.close()
+        else:
+            catalog = LibraryCatalog(settings)
+            try:
+                rows["interleaved"] = interleaved(catalog, address, queries, rounds)
+            finally:
+                catalog.close()
         for level in levels:
             rows[f"grpc c={level}"] = asyncio.run(over_grpc(address, queries, level, total))
         return rows
@@ -229,6 +274,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300, help="queries per measurement")
     parser.add_argument("--levels", default="1,8,32", help="client concurrency levels")
     parser.add_argument("--setups", default="laptop-lexical,split-hybrid")
+    parser.add_argument("--rounds", type=int, default=20, help="alternating in-process / gRPC c=1 rounds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     queries = _queries(args.data, args.queries)
@@ -239,23 +285,24 @@ def main() -> None:
         ingest_s = _ingest(args.data, data_dir)
         print(f"ingested SciFact ({args.data}) in {ingest_s:.1f} s", file=sys.stderr)
         for setup in args.setups.split(","):
-            results[setup] = run_setup(setup, data_dir, queries, levels, len(queries))
+            results[setup] = run_setup(setup, data_dir, queries, levels, len(queries), args.rounds)
     if args.json:
         print(json.dumps(results, indent=2))
         return
+    loads = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for setup, rows in results.items():
-        base = rows["in-process"]["p50_ms"]
-        print(f"\n{setup}  ({len(queries)} SciFact queries, top_k={TOP_K})")
-        print(f"{'':14}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}")
-        for label, row in rows.items():
-            print(f"{label:14}{row['p50_ms']:9.2f}{row['p99_ms']:9.2f}{row['qps']:9.1f}{row['errors']:8d}")
-        c1 = rows.get("grpc c=1")
-        if c1:
-            print(f"gRPC overhead at p50 (c=1 minus in-process): {c1['p50_ms'] - base:+.2f} ms")
-            if "in-process+worker" in rows:
-                tier = c1["p50_ms"] - rows["in-process+worker"]["p50_ms"]
-                print(f"front tier at p50 (c=1 minus in-process+worker): {tier:+.2f} ms")
-
+        inter = rows.pop("interleaved")
+        label = "in-process+worker" if setup == "split-hybrid" else "in-process"
+        print(f"\n{setup}  ({len(queries)} SciFact queries, top_k={TOP_K}; load average at the end {loads})")
+        print(f"{'':18}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}")
+        table = {label: inter["in-process"], "grpc c=1 (alt.)": inter["grpc c=1"], **rows}
+        for name, row in table.items():
+            print(f"{name:18}{row['p50_ms']:9.2f}{row['p99_ms']:9.2f}{row['qps']:9.1f}{row['errors']:8d}")
+        cost = inter["front tier p50 cost (median of rounds)"]
+        print(
+            f"front tier at p50 (gRPC c=1 minus {label}, median of {args.rounds} alternating rounds): "
+            f"{cost:+.2f} ms; degraded answers: {inter['degraded answers']}"
+        )
 
 if __name__ == "__main__":
     main()

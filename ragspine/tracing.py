@@ -13,11 +13,15 @@ from contextlib import contextmanager
 from typing import Any
 
 try:  # the API package only: a few hundred KB, no exporter, no SDK
+    from opentelemetry import context as _context
     from opentelemetry import trace as _trace
 except ModuleNotFoundError:  # pragma: no cover - exercised where the service extra is not installed
     _trace = None  # type: ignore[assignment]
+    _context = None  # type: ignore[assignment]
 
 _TRACER_NAME = "ragspine"
+# A proxy until a provider is installed, then the provider's tracer (resolved once, on first use).
+_TRACER: Any = _trace.get_tracer(_TRACER_NAME) if _trace is not None else None
 
 
 @contextmanager
@@ -30,6 +34,14 @@ def stage_span(name: str, **attributes: Any) -> Iterator[Any]:
         # No tracing, or this request is not sampled: no span object at all.
         yield None
         return
-    tracer = _trace.get_tracer(_TRACER_NAME)
-    with tracer.start_as_current_span(f"ragspine.{name}", attributes=attributes or None) as span:
+    span = _TRACER.start_span(f"ragspine.{name}", attributes=attributes or None)
+    token = _context.attach(_trace.set_span_in_context(span))
+    try:
         yield span
+    except BaseException as exc:
+        # The exception's type only: its message may quote the request.
+        span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(exc).__name__))
+        raise
+    finally:
+        _context.detach(token)
+        span.end()

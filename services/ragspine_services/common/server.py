@@ -26,6 +26,7 @@ from grpc_reflection.v1alpha import reflection
 from ragspine_services.common.auth import Authenticator
 from ragspine_services.common.drain import DrainGate
 from ragspine_services.common.interceptor import ServiceInterceptor
+from ragspine_services.common.tracing import server_interceptors
 
 _LOG = logging.getLogger("ragspine_services.server")
 
@@ -127,7 +128,8 @@ def start_server(
     gate = DrainGate()
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[gate, ServiceInterceptor(authenticator)],
+        # Tracing (when configured) sits inside the drain gate, around authentication and the servicer.
+        interceptors=[gate, *server_interceptors(), ServiceInterceptor(authenticator)],
         options=[*grpc_options(max_message_bytes), *extra_options],
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )

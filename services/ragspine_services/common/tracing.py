@@ -2,18 +2,28 @@
 
 ``RAGSPINE_OTLP_ENDPOINT`` (``Settings.otlp_endpoint``) turns it on: ``http://collector:4317`` (plaintext
 gRPC) or ``https://...`` (TLS); ``RAGSPINE_OTLP_SAMPLE_RATIO`` (default 1.0) traces that share of
-requests. Every RPC a server handles becomes a server span, every call the front makes to the worker a
-client span whose context travels in the call's metadata (W3C ``traceparent``), so a worker's spans join
-the front's trace; the library's pipeline stages (``ragspine.tracing.stage_span``) nest inside. Spans
-carry ids, counts and timings — never document text or queries. Off (the default), nothing is installed
-and nothing is recorded.
+requests. Every RPC a server handles becomes a server span (:class:`TracingServerInterceptor`), every call
+the front makes to the worker a client span (:class:`TracingClientInterceptor`) whose context travels in
+the call's metadata as a W3C ``traceparent``, so a worker's spans join the front's trace; the library's
+pipeline stages (``ragspine.tracing.stage_span``) nest inside. Spans carry ids, counts and timings —
+never document text or queries. Health checks and reflection are not traced. Off (the default), no
+interceptor is installed and nothing is recorded.
+
+The tracer and the interceptors are our own and kept lean for the per-request budget
+(``common.lean_trace``): one span per call started with a precomputed attribute mapping per method (the
+status code is set again only when a call fails), the parent read from one metadata entry, ended spans
+queued for a background batch exporter (export never runs on the request's thread).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import grpc
 
 from ragspine.settings import Settings
 
@@ -21,10 +31,18 @@ _LOG = logging.getLogger("ragspine_services.tracing")
 _lock = threading.Lock()
 _configured: dict[str, Any] = {}
 
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+_UNTRACED_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+# version-traceid-spanid-flags; a later version may append fields after another dash.
+_TRACEPARENT_RE = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_GRPC_STATUS_CODE = "rpc.grpc.status_code"
+
 
 def configure_tracing(settings: Settings, service_name: str, *, exporter: Any = None) -> bool:
-    """Install a tracer provider exporting to ``settings.otlp_endpoint`` (or to ``exporter``, for tests)
-    and instrument gRPC servers and channels created from now on. Returns True when tracing is on.
+    """Install a tracer provider (``common.lean_trace``) exporting to ``settings.otlp_endpoint`` (or to
+    ``exporter``, a callable taking a batch of ended spans, for tests); servers and worker channels
+    created from now on get the tracing interceptors. Returns True when tracing is on.
 
     Call before the servers and the worker channel are created; once per process (later calls are no-ops).
     Raises ``ValueError`` naming the setting and the extra when the endpoint is set but unusable."""
@@ -36,11 +54,11 @@ def configure_tracing(settings: Settings, service_name: str, *, exporter: Any = 
             return True
         try:
             from opentelemetry import trace
-            from opentelemetry.instrumentation.grpc import GrpcInstrumentorClient, GrpcInstrumentorServer
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-            from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+            from ragspine_services.common.lean_trace import LeanTracerProvider, OtlpGrpcSink
+
+            if exporter is None:
+                import opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc  # noqa: F401
         except ModuleNotFoundError as exc:
             raise ValueError(
                 f"RAGSPINE_OTLP_ENDPOINT is set but tracing is not installed ({exc.name}): "
@@ -52,28 +70,230 @@ def configure_tracing(settings: Settings, service_name: str, *, exporter: Any = 
                     f"RAGSPINE_OTLP_ENDPOINT={endpoint!r} must start with http:// (plaintext gRPC) "
                     "or https:// (TLS)"
                 )
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-            exporter = OTLPSpanExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
+            exporter = OtlpGrpcSink(endpoint, service_name)
         ratio = settings.otlp_sample_ratio
         if not 0.0 <= ratio <= 1.0:
             raise ValueError(f"RAGSPINE_OTLP_SAMPLE_RATIO={ratio} must be between 0 and 1")
         # A worker follows the front's decision (parent-based): a sampled request is traced end to end.
-        sampler = ParentBased(TraceIdRatioBased(ratio))
-        provider = TracerProvider(resource=Resource.create({"service.name": service_name}), sampler=sampler)
-        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=500))
+        provider = LeanTracerProvider(exporter, ratio=ratio)
         trace.set_tracer_provider(provider)
-        GrpcInstrumentorServer().instrument()
-        GrpcInstrumentorClient().instrument()
-        _configured.update(provider=provider, service=service_name)
+        _configured.update(
+            provider=provider,
+            sink=exporter,
+            service=service_name,
+            tracer=provider.get_tracer("ragspine_services"),
+        )
         target = endpoint or "in-process exporter"
         _LOG.info("tracing on", extra={"endpoint": target, "service": service_name})
         return True
+
+
+def tracing_enabled() -> bool:
+    return bool(_configured)
+
+
+def server_interceptors() -> list[grpc.ServerInterceptor]:
+    """``[TracingServerInterceptor]`` when tracing is configured, else ``[]`` (nothing on the call path)."""
+    tracer = _configured.get("tracer")
+    return [TracingServerInterceptor(tracer)] if tracer is not None else []
+
+
+def traced_channel(channel: grpc.Channel) -> grpc.Channel:
+    """``channel`` with the client interceptor when tracing is configured, else ``channel`` itself."""
+    tracer = _configured.get("tracer")
+    if tracer is None:
+        return channel
+    return grpc.intercept_channel(channel, TracingClientInterceptor(tracer))
 
 
 def shutdown_tracing() -> None:
     """Flush and stop the exporter (called on shutdown so the last spans are not lost)."""
     with _lock:
         provider = _configured.get("provider")
+        sink = _configured.get("sink")
     if provider is not None:
         provider.shutdown()
+    close = getattr(sink, "close", None)
+    if close is not None:
+        close()
+
+
+# ---------------------------------------------------------------------------------------- propagation
+def format_traceparent(span_context: Any) -> str:
+    """The W3C ``traceparent`` value of an OpenTelemetry ``SpanContext``."""
+    return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{int(span_context.trace_flags):02x}"
+
+
+def parent_context(metadata: Sequence[tuple[str, Any]]) -> Any:
+    """The OpenTelemetry context whose current span is the remote parent named by a ``traceparent``
+    entry of ``metadata``, or None (no entry, or a malformed / invalid one: the call starts a new trace)."""
+    header = state = None
+    for key, value in metadata:
+        if key == TRACEPARENT:
+            header = value
+        elif key == TRACESTATE:
+            state = value
+    if not isinstance(header, str):
+        return None
+    match = _TRACEPARENT_RE.fullmatch(header.strip().lower())
+    if match is None or match.group(1) == "ff" or (match.group(1) == "00" and match.group(5)):
+        return None
+    trace_id, span_id = int(match.group(2), 16), int(match.group(3), 16)
+    if not trace_id or not span_id:
+        return None
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    span_context = SpanContext(
+        trace_id,
+        span_id,
+        is_remote=True,
+        trace_flags=TraceFlags(int(match.group(4), 16) & TraceFlags.SAMPLED),
+        trace_state=TraceState.from_header([state]) if isinstance(state, str) else None,
+    )
+    return trace.set_span_in_context(NonRecordingSpan(span_context))
+
+
+def _rpc_attributes(method: str, code: int = 0) -> dict[str, Any]:
+    service, _, name = method.lstrip("/").rpartition("/")
+    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name, _GRPC_STATUS_CODE: code}
+
+
+def _span_name(method: str) -> str:
+    return method.lstrip("/")  # semantic conventions: "package.Service/Method"
+
+
+def _end_failed(span: Any, code: grpc.StatusCode | None) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    if code is not None:
+        span.set_attribute(_GRPC_STATUS_CODE, code.value[0])
+    span.set_status(Status(StatusCode.ERROR, code.name if code is not None else "exception"))
+
+
+# ---------------------------------------------------------------------------------------- server side
+class TracingServerInterceptor(grpc.ServerInterceptor):
+    """A SERVER span around every unary-response RPC, child of the caller's ``traceparent`` if any.
+
+    The wrapped handler is built once per method (the handler below it is the same object for every call
+    of a method) and the span's attributes are computed once per method."""
+
+    def __init__(self, tracer: Any) -> None:
+        from opentelemetry import context as otel_context
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanKind
+
+        self._tracer = tracer
+        self._attach, self._detach = otel_context.attach, otel_context.detach
+        self._in_context = trace.set_span_in_context
+        self._kind = SpanKind.SERVER
+        self._cache: dict[str, tuple[Any, Any]] = {}
+
+    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
+        handler = continuation(details)
+        method: str = details.method
+        if handler is None or method.startswith(_UNTRACED_PREFIXES):
+            return handler
+        cached = self._cache.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = handler
+        if handler.unary_unary is not None:
+            wrapped = grpc.unary_unary_rpc_method_handler(
+                self._wrap(handler.unary_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        elif handler.stream_unary is not None:
+            wrapped = grpc.stream_unary_rpc_method_handler(
+                self._wrap(handler.stream_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        self._cache[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, behavior: Callable[[Any, Any], Any], method: str) -> Callable[[Any, Any], Any]:
+        start_span, attach, detach, in_context = self._tracer.start_span, self._attach, self._detach, (
+            self._in_context
+        )
+        name, kind, attributes = _span_name(method), self._kind, _rpc_attributes(method)
+
+        def handle(request: Any, context: grpc.ServicerContext) -> Any:
+            span = start_span(
+                name, context=parent_context(context.invocation_metadata()), kind=kind, attributes=attributes
+            )
+            token = attach(in_context(span))
+            try:
+                return behavior(request, context)
+            except BaseException:
+                code = context.code() if hasattr(context, "code") else None
+                _end_failed(span, code if isinstance(code, grpc.StatusCode) else None)
+                raise
+            finally:
+                detach(token)
+                span.end()
+
+        return handle
+
+
+# ---------------------------------------------------------------------------------------- client side
+class _CallDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Sequence[tuple[str, str | bytes]] | None
+    credentials: grpc.CallCredentials | None
+    wait_for_ready: bool | None
+    compression: grpc.Compression | None
+
+
+class _ClientCallDetails(_CallDetails, grpc.ClientCallDetails):
+    pass
+
+
+class TracingClientInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """A CLIENT span around every unary call (blocking or future), its context sent as ``traceparent``."""
+
+    def __init__(self, tracer: Any) -> None:
+        from opentelemetry.trace import SpanKind
+
+        self._tracer = tracer
+        self._kind = SpanKind.CLIENT
+        self._attributes: dict[str, dict[str, Any]] = {}
+
+    def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
+        method = details.method if isinstance(details.method, str) else details.method.decode()
+        if method.startswith(_UNTRACED_PREFIXES):
+            return continuation(details, request)
+        attributes = self._attributes.get(method)
+        if attributes is None:
+            attributes = self._attributes[method] = _rpc_attributes(method)
+        span = self._tracer.start_span(_span_name(method), kind=self._kind, attributes=attributes)
+        span_context = span.get_span_context()
+        metadata = list(details.metadata or ())
+        metadata.append((TRACEPARENT, format_traceparent(span_context)))
+        if span_context.trace_state:
+            metadata.append((TRACESTATE, span_context.trace_state.to_header()))
+        details = _ClientCallDetails(
+            details.method,
+            details.timeout,
+            metadata,
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+        try:
+            call = continuation(details, request)
+        except BaseException:
+            _end_failed(span, None)
+            span.end()
+            raise
+
+        def done(future: Any) -> None:
+            code = future.code()
+            if code is not grpc.StatusCode.OK:
+                _end_failed(span, code)
+            span.end()
+
+        call.add_done_callback(done)
+        return call

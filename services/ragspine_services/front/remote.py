@@ -37,6 +37,7 @@ from ragspine_services.common.deadline import stage_budget
 from ragspine_services.common.errors import BackendUnavailableError
 from ragspine_services.common.server import grpc_options
 from ragspine_services.common.tokens import approx_tokens
+from ragspine_services.common.tracing import traced_channel
 
 DEFAULT_MAX_BATCH_TOKENS = 16_384
 _MIN_CALL_S = 0.005  # below this a worker call cannot succeed; skip it and degrade at once
@@ -106,9 +107,11 @@ class WorkerClient:
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         if tls_ca_file:
             creds = grpc.ssl_channel_credentials(Path(tls_ca_file).read_bytes())
-            self._channel = grpc.secure_channel(address, creds, options=worker_channel_options())
+            channel = grpc.secure_channel(address, creds, options=worker_channel_options())
         else:
-            self._channel = grpc.insecure_channel(address, options=worker_channel_options())
+            channel = grpc.insecure_channel(address, options=worker_channel_options())
+        # A client span per worker call, its context sent along, when tracing is configured.
+        self._channel = traced_channel(channel)
         self._stub = model_worker_pb2_grpc.ModelWorkerServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._lock = threading.Lock()

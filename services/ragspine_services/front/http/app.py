@@ -1,7 +1,8 @@
 """The Starlette application: Dify ``/retrieval``, REST routes for every RetrievalService RPC, OpenAPI.
 
 REST bodies and answers are the proto3 JSON mapping of the RPC's request and response messages with the
-proto's own snake_case field names (``google.protobuf.json_format`` with ``preserving_proto_field_name``);
+proto's own snake_case field names (parsed with ``google.protobuf.json_format``, printed by
+``json_mapping``, which prints the same as ``json_format`` with ``preserving_proto_field_name``);
 ``bytes`` fields travel base64-encoded, as that mapping says. ``POST /v1/libraries/{library}/upload``
 takes multipart files. Send ``Authorization: Bearer <token>`` and, for a deadline,
 ``X-Request-Timeout: <seconds>``. Errors: ``{"code": "INVALID_ARGUMENT", "message": ...}`` with the
@@ -10,17 +11,18 @@ HTTP status of the gRPC code (see ``calls.HTTP_STATUS``).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+import anyio.to_thread
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -29,6 +31,7 @@ from ragspine_services._gen import retrieval_pb2
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator
 from ragspine_services.front.http import dify
 from ragspine_services.front.http.calls import CallError, invoke, parse_timeout
+from ragspine_services.front.http.json_mapping import message_to_json
 from ragspine_services.front.http.openapi import openapi_document
 
 
@@ -108,11 +111,16 @@ REST_ROUTES: tuple[RestRoute, ...] = (
     ),
 )
 DIFY_PATH = "/retrieval"
+# Servicer calls run on at most this many threads at once, as many as the gRPC server runs calls
+# (``common.server.start_server``'s ``max_workers``): more threads only contend for the GIL on the same
+# cores. Calls beyond it wait for a thread, as gRPC queues calls beyond its workers.
+HTTP_CALL_THREADS = 16
 
 
 def to_json(message: Message) -> dict[str, Any]:
-    """The proto3 JSON mapping of ``message`` with the proto's snake_case field names."""
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+    """The proto3 JSON mapping of ``message`` with the proto's snake_case field names (the same dict as
+    ``json_format.MessageToDict(message, preserving_proto_field_name=True)``, printed faster)."""
+    return message_to_json(message)
 
 
 def _error(exc: CallError) -> JSONResponse:
@@ -132,8 +140,7 @@ def _parse(data: Any, message_type: type[Message], where: str) -> Message:
         raise _bad(f"{where} is not a valid {message_type.DESCRIPTOR.full_name}: {exc}") from None
 
 
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()
+def _json(raw: bytes) -> Any:
     if not raw.strip():
         return {}
     try:
@@ -179,36 +186,61 @@ async def _upload(request: Request) -> Message:
     return retrieval_pb2.IngestRequest(library=library, documents=documents)
 
 
-def build_app(servicer: Any, authenticator: Authenticator | None = None) -> Starlette:
-    """The HTTP application over ``servicer`` (a ``RetrievalServicer``) and the gRPC tier's authenticator."""
+def build_app(
+    servicer: Any, authenticator: Authenticator | None = None, *, call_threads: int = HTTP_CALL_THREADS
+) -> HttpApp:
+    """The HTTP application over ``servicer`` (a ``RetrievalServicer``) and the gRPC tier's authenticator;
+    servicer calls run on at most ``call_threads`` threads at once."""
+    if call_threads < 1:
+        raise ValueError(f"call_threads must be >= 1, got {call_threads}")
     auth = authenticator or OpenAuthenticator()
+    limiters: list[anyio.CapacityLimiter] = []  # made on the server's event loop, at the first call
+
+    async def call(*args: Any) -> Any:
+        if not limiters:
+            limiters.append(anyio.CapacityLimiter(call_threads))
+        return await anyio.to_thread.run_sync(functools.partial(invoke, auth, *args), limiter=limiters[0])
+
+    def rest_call(route: RestRoute) -> Callable[[bytes, Mapping[str, str]], Awaitable[Response]]:
+        """The JSON-body REST route's work from the raw body and the headers."""
+        method = getattr(servicer, route.rpc)
+
+        async def run(raw: bytes, headers: Mapping[str, str]) -> Response:
+            try:
+                deadline = parse_timeout(headers)
+                message = _parse(_json(raw), route.request_type, "the body")
+                result = await call(route.rpc, method, message, headers, deadline)
+            except CallError as exc:
+                return _error(exc)
+            return JSONResponse(to_json(result))
+
+        return run
 
     def rest_endpoint(route: RestRoute) -> Callable[[Request], Any]:
         method = getattr(servicer, route.rpc)
+        json_call = rest_call(route) if route.body == "json" else None
 
         async def endpoint(request: Request) -> Response:
+            if json_call is not None:
+                return await json_call(await request.body(), request.headers)
             try:
                 deadline = parse_timeout(request.headers)
                 message: Any
-                if route.body == "json":
-                    message = _parse(await _json_body(request), route.request_type, "the body")
-                elif route.body == "ndjson":
+                if route.body == "ndjson":
                     message = _ndjson(await request.body(), route.request_type)
                 elif route.body == "multipart":
                     message = await _upload(request)
                 else:
                     message = route.request_type()
-                result = await run_in_threadpool(
-                    invoke, auth, route.rpc, method, message, request.headers, deadline
-                )
+                result = await call(route.rpc, method, message, request.headers, deadline)
             except CallError as exc:
                 return _error(exc)
             return JSONResponse(to_json(result))
 
         return endpoint
 
-    async def dify_retrieval(request: Request) -> Response:
-        authorization = request.headers.get("authorization", "")
+    async def dify_call(raw: bytes, headers: Mapping[str, str]) -> Response:
+        authorization = headers.get("authorization", "")
         if not isinstance(auth, OpenAuthenticator) and dify.bad_header(authorization):
             return JSONResponse(
                 {
@@ -219,17 +251,17 @@ def build_app(servicer: Any, authenticator: Authenticator | None = None) -> Star
             )
         library = ""
         try:
-            deadline = parse_timeout(request.headers)
-            body = await _json_body(request)
-            retrieve = dify.retrieve_request(body)
+            deadline = parse_timeout(headers)
+            retrieve = dify.retrieve_request(_json(raw))
             library = retrieve.libraries[0]
-            response = await run_in_threadpool(
-                invoke, auth, "Retrieve", servicer.Retrieve, retrieve, request.headers, deadline
-            )
+            response = await call("Retrieve", servicer.Retrieve, retrieve, headers, deadline)
         except CallError as exc:
             status, payload = dify.error_body(exc, library=library)
             return JSONResponse(payload, status_code=status)
         return JSONResponse(dify.records(response, retrieve.min_relevance))
+
+    async def dify_retrieval(request: Request) -> Response:
+        return await dify_call(await request.body(), request.headers)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document(REST_ROUTES, DIFY_PATH))
@@ -243,4 +275,45 @@ def build_app(servicer: Any, authenticator: Authenticator | None = None) -> Star
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ]
-    return Starlette(routes=routes)
+    fast = {r.path: rest_call(r) for r in REST_ROUTES if r.body == "json" and r.methods == ("POST",)}
+    fast[DIFY_PATH] = dify_call
+    return HttpApp(routes=routes, fast_posts=fast)
+
+
+class HttpApp(Starlette):
+    """Starlette, except that a POST to one of ``fast_posts`` (Dify ``/retrieval`` and the JSON-body REST
+    routes: the calls made per query) goes straight to its handler with the raw body and headers,
+    skipping the router, the request object and the middleware stack: the same handler and response
+    either way, at less cost per request. Every other request goes through Starlette as usual."""
+
+    def __init__(
+        self, *, routes: list[Route], fast_posts: dict[str, Callable[[bytes, Mapping[str, str]], Any]]
+    ) -> None:
+        super().__init__(routes=routes)
+        self.fast_posts = fast_posts
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            handler = self.fast_posts.get(scope["path"])
+            if handler is not None:
+                raw = await _read_body(receive)
+                if raw is None:
+                    return  # the client went away before sending its body
+                headers: dict[str, str] = {}
+                for key, value in scope["headers"]:  # lower-case names; the first of repeated ones wins
+                    headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+                response = await handler(raw, headers)
+                await response(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+async def _read_body(receive: Any) -> bytes | None:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)

@@ -1,0 +1,381 @@
+"""A small OpenTelemetry tracer for the services: spans that cost a few microseconds, batched OTLP export.
+
+It implements the ``opentelemetry-api`` interfaces (``TracerProvider``, ``Tracer``, ``Span``), so the
+library's stage spans (``ragspine.tracing``) and the gRPC interceptors (``common.tracing``) use it through
+the API like any SDK. What it keeps per span is what the services need: name, ids, parent, kind, start and
+end time, the attribute mapping it was started with (shared, never copied; a later ``set_attribute``
+copies it once), and a status. Sampling is parent-based over a trace-id ratio (a remote or local parent's
+decision is followed; a root is sampled when the low 64 bits of its trace id fall under the ratio).
+
+Ended spans go to a bounded queue; one background thread sends them in batches (at most every
+``schedule_s`` seconds, sooner when a batch is full) as OTLP/gRPC ``ExportTraceServiceRequest`` messages,
+so no export work runs on a request's thread. A full queue drops spans (counted) instead of blocking;
+a failed export is logged (once per minute at most) and dropped.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
+from opentelemetry.util._decorator import _agnosticcontextmanager
+
+_LOG = logging.getLogger("ragspine_services.tracing")
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_LOW_64 = (1 << 64) - 1
+
+Sink = Callable[[Sequence["LeanSpan"]], None]
+
+
+class LeanSpan(trace.Span):
+    """A recording span; ``end()`` hands it to the exporter's queue."""
+
+    __slots__ = (
+        "_context",
+        "_record",
+        "attributes",
+        "end_ns",
+        "kind",
+        "name",
+        "parent",
+        "start_ns",
+        "status_code",
+        "status_description",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: Mapping[str, Any] | None,
+        record: Callable[[LeanSpan], None],
+        start_ns: int,
+    ) -> None:
+        self.name = name
+        self._context = context
+        self.parent = parent
+        self.kind = kind
+        self.attributes = attributes
+        self._record = record
+        self.start_ns = start_ns
+        self.end_ns = 0
+        self.status_code = StatusCode.UNSET
+        self.status_description = ""
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return not self.end_ns
+
+    def end(self, end_time: int | None = None) -> None:
+        if self.end_ns:
+            return
+        self.end_ns = end_time or time.time_ns()
+        self._record(self)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if not self.end_ns:
+            # The starting mapping may be shared by many spans: copy on the first write.
+            self.attributes = {**(self.attributes or {}), key: value}
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if not self.end_ns:
+            self.attributes = {**(self.attributes or {}), **attributes}
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        """Events are not kept (none of the services' spans carries any)."""
+
+    def update_name(self, name: str) -> None:
+        if not self.end_ns:
+            self.name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self.end_ns:
+            return
+        if isinstance(status, Status):
+            self.status_code, self.status_description = status.status_code, status.description or ""
+        else:
+            self.status_code, self.status_description = status, description or ""
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Any = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """Only the exception's type is kept, as the status: its message may quote a request."""
+        self.set_status(StatusCode.ERROR, type(exception).__name__)
+
+
+class LeanTracer(trace.Tracer):
+    def __init__(self, ratio: float, record: Callable[[LeanSpan], None]) -> None:
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"sample ratio {ratio} must be between 0 and 1")
+        self._bound = round(ratio * (1 << 64))
+        self._record = record
+
+    def start_span(
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Any = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        parent: SpanContext | None = trace.get_current_span(context).get_span_context()
+        if parent is not None and parent.is_valid:
+            trace_id, sampled, state = parent.trace_id, parent.trace_flags.sampled, parent.trace_state
+        else:
+            parent, state = None, None
+            trace_id = random.getrandbits(128) or 1
+            sampled = (trace_id & _LOW_64) < self._bound
+        span_context = SpanContext(
+            trace_id,
+            random.getrandbits(64) or 1,
+            is_remote=False,
+            trace_flags=_SAMPLED if sampled else _NOT_SAMPLED,
+            trace_state=state,
+        )
+        if not sampled:
+            return NonRecordingSpan(span_context)
+        start = start_time or time.time_ns()
+        return LeanSpan(name, span_context, parent, kind, attributes, self._record, start)
+
+    @_agnosticcontextmanager  # what the API's Tracer declares (a context manager usable as a decorator)
+    def start_as_current_span(
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Any = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[trace.Span]:
+        span = self.start_span(name, context, kind, attributes, start_time=start_time)
+        token = context_api.attach(trace.set_span_in_context(span))
+        try:
+            yield span
+        except Exception as exc:
+            if set_status_on_exception or record_exception:
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        finally:
+            context_api.detach(token)
+            if end_on_exit:
+                span.end()
+
+
+class BatchExporter:
+    """Bounded queue of ended spans, sent by one background thread in batches through ``sink``."""
+
+    def __init__(
+        self, sink: Sink, *, schedule_s: float = 0.5, max_batch: int = 512, max_queue: int = 8192
+    ) -> None:
+        if schedule_s <= 0 or max_batch < 1 or max_queue < max_batch:
+            raise ValueError("schedule_s must be > 0, max_batch >= 1 and max_queue >= max_batch")
+        self._sink = sink
+        self._schedule_s = schedule_s
+        self._max_batch = max_batch
+        self._max_queue = max_queue
+        self._queue: collections.deque[LeanSpan] = collections.deque()
+        self._wake = threading.Event()
+        self._stop = False
+        self._send_lock = threading.Lock()
+        self._last_warning = 0.0
+        self.dropped = 0
+        self.exported = 0
+        self._thread = threading.Thread(target=self._run, name="ragspine-span-export", daemon=True)
+        self._thread.start()
+
+    def record(self, span: LeanSpan) -> None:
+        queue = self._queue
+        if len(queue) >= self._max_queue:
+            self.dropped += 1
+            return
+        queue.append(span)
+        if len(queue) >= self._max_batch:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop:
+            self._wake.wait(self._schedule_s)
+            self._wake.clear()
+            self.flush()
+
+    def flush(self) -> None:
+        """Send everything queued now (on the calling thread)."""
+        with self._send_lock:
+            queue = self._queue
+            while queue:
+                batch = [queue.popleft() for _ in range(min(len(queue), self._max_batch))]
+                try:
+                    self._sink(batch)
+                    self.exported += len(batch)
+                except Exception as exc:
+                    now = time.monotonic()
+                    if now - self._last_warning > 60:
+                        self._last_warning = now
+                        _LOG.warning(
+                            "span export failed; spans dropped",
+                            extra={"spans": len(batch), "error": type(exc).__name__},
+                        )
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        self.flush()
+
+
+class LeanTracerProvider(trace.TracerProvider):
+    """One tracer (the same for every instrumentation name) over one ``BatchExporter``."""
+
+    def __init__(self, sink: Sink, *, ratio: float = 1.0, schedule_s: float = 0.5) -> None:
+        self.exporter = BatchExporter(sink, schedule_s=schedule_s)
+        self._tracer = LeanTracer(ratio, self.exporter.record)
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Any = None,
+    ) -> trace.Tracer:
+        return self._tracer
+
+    def force_flush(self) -> None:
+        self.exporter.flush()
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+
+# ---------------------------------------------------------------------------------------- OTLP over gRPC
+def _any_value(value: Any, common_pb2: Any) -> Any:
+    if isinstance(value, bool):
+        return common_pb2.AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return common_pb2.AnyValue(int_value=value)
+    if isinstance(value, float):
+        return common_pb2.AnyValue(double_value=value)
+    if isinstance(value, str):
+        return common_pb2.AnyValue(string_value=value)
+    if isinstance(value, list | tuple):
+        values = [_any_value(v, common_pb2) for v in value]
+        return common_pb2.AnyValue(array_value=common_pb2.ArrayValue(values=values))
+    return common_pb2.AnyValue(string_value=str(value))
+
+
+class OtlpGrpcSink:
+    """Sends batches to an OTLP/gRPC collector (``http://host:port`` plaintext, ``https://`` TLS) as one
+    resource (``service.name``) and one scope (``ragspine``)."""
+
+    def __init__(self, endpoint: str, service_name: str, *, timeout_s: float = 10.0) -> None:
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+        from opentelemetry.proto.common.v1 import common_pb2
+        from opentelemetry.proto.resource.v1 import resource_pb2
+        from opentelemetry.proto.trace.v1 import trace_pb2
+
+        scheme, _, rest = endpoint.partition("://")
+        if scheme not in ("http", "https") or not rest.strip("/"):
+            raise ValueError(f"OTLP endpoint {endpoint!r} must be http://host:port or https://host:port")
+        target = rest.split("/", 1)[0]
+        if scheme == "https":
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials())
+        else:
+            self._channel = grpc.insecure_channel(target)
+        self._stub = trace_service_pb2_grpc.TraceServiceStub(self._channel)
+        self._timeout_s = timeout_s
+        self._pb = (trace_service_pb2, common_pb2, trace_pb2)
+        self._resource = resource_pb2.Resource(
+            attributes=[
+                common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value=service_name))
+            ]
+        )
+        self._scope = common_pb2.InstrumentationScope(name="ragspine")
+        self._encoded: dict[Any, list[Any]] = {}
+
+    def _attributes(self, attributes: Mapping[str, Any]) -> list[Any]:
+        """The ``KeyValue`` list of ``attributes``, built once per distinct set of (hashable) values:
+        the RPC spans of one method and most stage spans repeat theirs."""
+        try:
+            key: Any = tuple(attributes.items())
+            cached = self._encoded.get(key)
+        except TypeError:  # a list value: not cacheable
+            key, cached = None, None
+        if cached is None:
+            common_pb2 = self._pb[1]
+            cached = [
+                common_pb2.KeyValue(key=k, value=_any_value(v, common_pb2)) for k, v in attributes.items()
+            ]
+            if key is not None:
+                if len(self._encoded) >= 1024:
+                    self._encoded.clear()
+                self._encoded[key] = cached
+        return cached
+
+    def encode(self, batch: Sequence[LeanSpan]) -> Any:
+        """The ``ExportTraceServiceRequest`` of ``batch``."""
+        trace_service_pb2, _, trace_pb2 = self._pb
+        Span = trace_pb2.Span
+        spans = []
+        for span in batch:
+            context = span.get_span_context()
+            message = Span(
+                trace_id=context.trace_id.to_bytes(16, "big"),
+                span_id=context.span_id.to_bytes(8, "big"),
+                name=span.name,
+                kind=span.kind.value + 1,  # OTLP numbers kinds from UNSPECIFIED = 0
+                start_time_unix_nano=span.start_ns,
+                end_time_unix_nano=span.end_ns,
+                attributes=self._attributes(span.attributes) if span.attributes else None,
+            )
+            if span.parent is not None:
+                message.parent_span_id = span.parent.span_id.to_bytes(8, "big")
+            if context.trace_state:
+                message.trace_state = context.trace_state.to_header()
+            if span.status_code is not StatusCode.UNSET:
+                message.status.code = span.status_code.value
+                message.status.message = span.status_description
+            spans.append(message)
+        return trace_service_pb2.ExportTraceServiceRequest(
+            resource_spans=[
+                trace_pb2.ResourceSpans(
+                    resource=self._resource,
+                    scope_spans=[trace_pb2.ScopeSpans(scope=self._scope, spans=spans)],
+                )
+            ]
+        )
+
+    def __call__(self, batch: Sequence[LeanSpan]) -> None:
+        self._stub.Export(self.encode(batch), timeout=self._timeout_s)
+
+    def close(self) -> None:
+        self._channel.close()

@@ -1,0 +1,178 @@
+"""The services' tracer (``common.lean_trace``): parent-based sampling, spans that keep no text of an
+exception, a bounded queue that drops instead of blocking, export failures that never reach a request,
+and the OTLP message a batch becomes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.proto.trace.v1.trace_pb2")
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
+
+from ragspine_services.common.lean_trace import (
+    BatchExporter,
+    LeanSpan,
+    LeanTracerProvider,
+    OtlpGrpcSink,
+)
+
+
+def _parent(sampled: bool) -> Any:
+    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=flags)
+    return trace.set_span_in_context(NonRecordingSpan(remote))
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.batches: list[list[LeanSpan]] = []
+
+    def __call__(self, batch: Sequence[LeanSpan]) -> None:
+        self.batches.append(list(batch))
+
+    @property
+    def spans(self) -> list[LeanSpan]:
+        return [s for b in self.batches for s in b]
+
+
+@pytest.mark.parametrize(
+    ("ratio", "parent", "recorded"),
+    [
+        (1.0, None, True),
+        (0.0, None, False),
+        (0.0, True, True),  # the caller sampled it: followed whatever the local ratio
+        (1.0, False, False),  # the caller did not: not recorded here either
+    ],
+)
+def test_sampling_follows_the_parent_else_the_ratio(
+    ratio: float, parent: bool | None, recorded: bool
+) -> None:
+    sink = Sink()
+    provider = LeanTracerProvider(sink, ratio=ratio)
+    tracer = provider.get_tracer("t")
+    span = tracer.start_span("x", context=None if parent is None else _parent(parent))
+    assert span.is_recording() is recorded
+    assert span.get_span_context().trace_flags.sampled is recorded
+    if parent is not None:
+        assert span.get_span_context().trace_id == 0xABC
+    span.end()
+    provider.shutdown()
+    assert len(sink.spans) == int(recorded)
+
+
+def test_the_ratio_samples_about_that_share_of_roots() -> None:
+    sink = Sink()
+    provider = LeanTracerProvider(sink, ratio=0.25)
+    tracer = provider.get_tracer("t")
+    kept = sum(tracer.start_span("x").is_recording() for _ in range(4000))
+    provider.shutdown()
+    assert 800 < kept < 1200
+
+
+def test_current_span_nesting_and_an_exception_keeps_only_its_type() -> None:
+    sink = Sink()
+    provider = LeanTracerProvider(sink)
+    tracer = provider.get_tracer("t")
+    with pytest.raises(KeyError), tracer.start_as_current_span("outer") as outer:
+        with tracer.start_as_current_span("inner", attributes={"n": 1}) as inner:
+            assert trace.get_current_span() is inner
+        raise KeyError("the secret query text")
+    assert trace.get_current_span() is not outer
+    provider.shutdown()
+    by_name = {s.name: s for s in sink.spans}
+    assert by_name["inner"].parent == by_name["outer"].get_span_context()
+    assert by_name["outer"].status_code is StatusCode.ERROR
+    assert by_name["outer"].status_description == "KeyError"
+    assert by_name["inner"].status_code is StatusCode.UNSET
+
+
+def test_a_shared_attribute_mapping_is_never_written_to() -> None:
+    shared: dict[str, Any] = {"rpc.method": "Retrieve", "rpc.grpc.status_code": 0}
+    provider = LeanTracerProvider(Sink())
+    span = provider.get_tracer("t").start_span("x", attributes=shared)
+    span.set_attribute("rpc.grpc.status_code", 5)
+    assert shared["rpc.grpc.status_code"] == 0
+    assert isinstance(span, LeanSpan)
+    assert span.attributes == {"rpc.method": "Retrieve", "rpc.grpc.status_code": 5}
+    provider.shutdown()
+
+
+def test_a_full_queue_drops_spans_instead_of_blocking() -> None:
+    release = threading.Event()
+
+    def stuck(batch: Any) -> None:
+        release.wait(10)
+
+    exporter = BatchExporter(stuck, schedule_s=0.01, max_batch=2, max_queue=4)
+    provider = LeanTracerProvider(Sink())
+    tracer = provider.get_tracer("t")
+    for _ in range(50):
+        span = tracer.start_span("x")
+        assert isinstance(span, LeanSpan)
+        exporter.record(span)  # returns at once even though the sink is stuck
+    assert exporter.dropped > 0
+    release.set()
+    exporter.shutdown()
+    provider.shutdown()
+
+
+def test_a_failing_sink_never_reaches_the_caller() -> None:
+    calls: list[int] = []
+
+    def failing(batch: Any) -> None:
+        calls.append(len(batch))
+        raise ConnectionError("collector down")
+
+    provider = LeanTracerProvider(failing, schedule_s=0.01)
+    tracer = provider.get_tracer("t")
+    for _ in range(3):
+        tracer.start_span("x").end()
+    provider.force_flush()
+    tracer.start_span("y").end()
+    provider.shutdown()
+    assert sum(calls) == 4 and provider.exporter.exported == 0
+
+
+def test_a_batch_becomes_one_otlp_request() -> None:
+    sink = Sink()
+    provider = LeanTracerProvider(sink)
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("parent", kind=SpanKind.SERVER) as parent:
+        child = tracer.start_span(
+            "child", kind=SpanKind.CLIENT, attributes={"b": True, "i": 3, "f": 0.5, "s": "v", "l": [1, 2]}
+        )
+        child.set_status(StatusCode.ERROR, "UNAVAILABLE")
+        child.end()
+    provider.shutdown()
+    otlp = OtlpGrpcSink("http://127.0.0.1:1", "ragspine-front")
+    try:
+        request = otlp.encode(sink.spans)
+    finally:
+        otlp.close()
+    (resource_spans,) = request.resource_spans
+    assert [(a.key, a.value.string_value) for a in resource_spans.resource.attributes] == [
+        ("service.name", "ragspine-front")
+    ]
+    spans = {s.name: s for s in resource_spans.scope_spans[0].spans}
+    context = parent.get_span_context()
+    assert spans["parent"].kind == 2 and spans["child"].kind == 3  # OTLP SERVER, CLIENT
+    assert spans["parent"].trace_id == context.trace_id.to_bytes(16, "big")
+    assert spans["child"].parent_span_id == context.span_id.to_bytes(8, "big")
+    assert spans["parent"].parent_span_id == b""
+    assert spans["child"].status.code == 2 and spans["child"].status.message == "UNAVAILABLE"
+    assert spans["child"].start_time_unix_nano <= spans["child"].end_time_unix_nano
+    values = {a.key: a.value for a in spans["child"].attributes}
+    assert values["b"].bool_value is True and values["i"].int_value == 3
+    assert values["f"].double_value == 0.5 and values["s"].string_value == "v"
+    assert [v.int_value for v in values["l"].array_value.values] == [1, 2]
+
+
+@pytest.mark.parametrize("endpoint", ["collector:4317", "grpc://collector:4317", "http://"])
+def test_a_bad_endpoint_is_refused(endpoint: str) -> None:
+    with pytest.raises(ValueError, match="http://host:port"):
+        OtlpGrpcSink(endpoint, "x")
