@@ -140,8 +140,8 @@ def normalize_contextual(spec: str | None) -> str:
 
 __all__ = [
     "CONTEXTUAL_CHOICES",
-    "DEFAULT_DOCUMENT_WEIGHT",
     "CONTEXTUAL_ENV",
+    "DEFAULT_DOCUMENT_WEIGHT",
     "HEADER_SEPARATOR",
     "IndexTextFn",
     "build_context_header",

@@ -161,8 +161,14 @@ class _IgnoresFilter(DocumentEvidence):
     """Deliberately broken: picks representatives and documents as if nothing were filtered."""
 
     def rerank(  # type: ignore[override]
-        self, lex: object, tokens: list[str], hits: list[tuple[str, float]], chunks: Mapping[str, Chunk],
-        candidates: list[str] | None, k: int, weight: float,
+        self,
+        lex: object,
+        tokens: list[str],
+        hits: list[tuple[str, float]],
+        chunks: Mapping[str, Chunk],
+        candidates: list[str] | None,
+        k: int,
+        weight: float,
     ) -> tuple[list[tuple[str, float]], list[str]]:
         return super().rerank(lex, tokens, hits, chunks, None, k, weight)  # type: ignore[arg-type]
 

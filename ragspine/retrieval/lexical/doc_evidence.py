@@ -33,7 +33,10 @@ __all__ = ["DocumentEvidence", "combine_scores"]
 
 
 def combine_scores(
-    chunk_hits: list[tuple[str, float]], doc_of: Mapping[str, str], doc_hits: Mapping[str, float], weight: float
+    chunk_hits: list[tuple[str, float]],
+    doc_of: Mapping[str, str],
+    doc_hits: Mapping[str, float],
+    weight: float,
 ) -> dict[str, float]:
     """The combined score of each chunk in ``chunk_hits`` (max-normalised chunk and document scores mixed
     with ``weight`` on the document). Chunks whose document has no hit get the chunk share only."""

@@ -170,7 +170,7 @@ class NarrativeIndex:
         # ``retriever_factory`` builds another index with HybridRetriever's interface (the Qdrant backend).
         make_retriever = HybridRetriever if retriever_factory is None else retriever_factory
         # Document-level evidence (contextual=document) is an option of the in-process index only.
-        evidence: dict[str, float] = {}
+        evidence: dict[str, Any] = {}
         if doc_weight:
             if retriever_factory is not None:
                 raise ValueError(
