@@ -157,3 +157,15 @@ def test_cli_ingest_chunker_and_contextual(tmp_path: Path, capsys, monkeypatch) 
     capsys.readouterr()
     assert main([*args, "--chunker", "layout"]) != 0
     assert "parent_child" in capsys.readouterr().err
+
+
+def test_a_setting_stored_by_another_front_is_used_at_the_next_ingest(make_front, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    data = tmp_path / "shared"
+    a, b = make_front(data_dir=data), make_front(data_dir=data)
+    a.stub.Ingest(pb.IngestRequest(library="two", documents=[_doc("first")]))
+    assert _library(b, "two").chunker == "default"  # type: ignore[union-attr]  # b has read the library
+    a.stub.Ingest(pb.IngestRequest(library="two", documents=[_doc("second")], chunker="parent_child"))
+    b.stub.Ingest(pb.IngestRequest(library="two", documents=[_doc("third")]))
+    chunks = b.parts.catalog.get("two").store.iter_chunks(doc_id="third")
+    assert chunks and all(c.parent_id.startswith("third#p") for c in chunks)
+    assert _library(b, "two").chunker == "parent_child"  # type: ignore[union-attr]

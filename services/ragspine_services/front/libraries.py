@@ -88,9 +88,9 @@ class Library:
     _config: dict[str, str] | None = None
 
     def config(self) -> dict[str, str]:
-        """The chunker and contextual setting this library uses: its stored ones, else the server's."""
-        with self.lock:
-            return self._config_locked()
+        """The chunker and contextual setting this library uses: its stored ones (read from the store,
+        where another replica may have set them), else the server's."""
+        return self.configure(None)
 
     def _config_locked(self) -> dict[str, str]:
         if self._config is None:
@@ -98,18 +98,24 @@ class Library:
             self._config = store.library_settings() if isinstance(store, LibrarySettingsStore) else {}
         return effective_config(self._config, self.settings)
 
-    def configure(self, wanted: LibraryConfigRequest) -> dict[str, str]:
-        """Store the chunker/contextual ``wanted`` names for this library (see ``library_config``);
-        returns the settings the library uses now. Raises ``SettingConflictError`` when it asks to change
-        a fixed setting (nothing is written), ``ValueError`` when the store cannot keep settings."""
-        if not wanted:
-            return self.config()
+    def configure(self, wanted: LibraryConfigRequest | None) -> dict[str, str]:
+        """Store the chunker/contextual ``wanted`` names for this library (see ``library_config``) and
+        return the settings the library uses now, read again from the store (another replica may have
+        set them). Raises ``SettingConflictError`` when it asks to change a fixed setting (nothing is
+        written), ``ValueError`` when it names one and the store cannot keep settings."""
         store: Any = self.store
-        if not isinstance(store, LibrarySettingsStore):
+        if isinstance(store, LibrarySettingsStore):
+            stored = (
+                store.update_library_settings(wanted.decide(self.library_id))
+                if wanted
+                else store.library_settings()
+            )
+        elif wanted:
             raise ValueError(
                 f"library {self.library_id!r}: its store cannot keep a chunker or contextual setting"
             )
-        stored = store.update_library_settings(wanted.decide(self.library_id))
+        else:
+            stored = {}
         with self.lock:
             before = self._config_locked()
             self._config = stored

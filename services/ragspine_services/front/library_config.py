@@ -61,8 +61,14 @@ class LibraryConfigRequest:
     def __bool__(self) -> bool:
         return bool(self.chunker or self.contextual)
 
-    def same_as(self, other: LibraryConfigRequest) -> bool:
-        return (self.chunker, self.contextual) == (other.chunker, other.contextual)
+    def matches(self, chunker: str, contextual: str) -> bool:
+        """True when ``chunker``/``contextual`` name the same settings as this request (or none)."""
+        same_chunker = not chunker.strip() or choice(chunker, default="") == self.chunker
+        try:
+            same_contextual = not contextual.strip() or normalize_contextual(contextual) == self.contextual
+        except ValueError:
+            return False
+        return same_chunker and same_contextual
 
     def decide(self, library_id: str) -> Callable[[dict[str, str], bool], dict[str, str]]:
         """The ``decide(stored, has_chunks)`` callback of ``update_library_settings``."""

@@ -272,13 +272,11 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 raise ValueError(
                     f"every message of one stream must name library {library_id!r}, got {message.library!r}"
                 )
-            elif message.chunker or message.contextual:
-                again = LibraryConfigRequest(message.chunker, message.contextual, self.catalog.settings)
-                if not again.same_as(wanted):
-                    raise ValueError(
-                        f"stream message {received - 1}: chunker/contextual differ from the first message's; "
-                        "send them on the first message (or the same values on every message)"
-                    )
+            elif not wanted.matches(message.chunker, message.contextual):
+                raise ValueError(
+                    f"stream message {received - 1}: chunker/contextual differ from the first message's; "
+                    "send them on the first message (or the same values on every message)"
+                )
             batch.append(message.document)
             if len(batch) >= 64:
                 prepared = self._prepare_offset(batch, offset)
