@@ -106,7 +106,8 @@ class Settings:
     qdrant_timeout_s: float = 5.0
     glossary_path: str = ""  # a legacy glossary JSON for the query rewriter instead of the domain profile
     company_config: str = ""  # the domain profile (TOML); empty = the built-in default vocabulary
-    contextual: str = "none"  # contextual headers on the index text: none | header
+    contextual: str = "none"  # contextual headers on the index text: none | header | document
+    doc_weight: float = 0.5  # share of a chunk's lexical score from its whole document (contextual=document)
     device: str = "auto"
     visual_embedder: str = "none"
     visual_model: str = ""  # ColPali / ColQwen2 id or local path; empty = the family's published -hf model

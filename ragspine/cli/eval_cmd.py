@@ -42,9 +42,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--contextual",
-        action="store_true",
-        help="prepend a contextual header (title · entity · period · heading) to each chunk's index text "
-        "(RAGSPINE_CONTEXTUAL=header); the title then travels as metadata, not as a first paragraph",
+        nargs="?",
+        const="document",
+        default=None,
+        choices=("none", "header", "document"),
+        help="contextual retrieval (RAGSPINE_CONTEXTUAL): 'header' prepends a header (title · entity · "
+        "period · heading) to each chunk's index text; 'document' (the flag alone) also scores each chunk "
+        "with its whole document (RAGSPINE_DOC_WEIGHT); the title then travels as metadata, not as a first "
+        "paragraph",
     )
     p.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N judged queries")
     p.add_argument("--work-dir", default=None, help="empty folder for the SQLite store (default: a temp dir)")
@@ -72,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         embedding=args.embedding,
         reranker=args.reranker,
         chunker=getattr(args, "chunker", None),
-        contextual="header" if getattr(args, "contextual", False) else None,
+        contextual=getattr(args, "contextual", None),
     )
     if args.embedding:  # the flag beats the RAGSPINE_EMBEDDING_BACKEND alias too
         settings = dataclasses.replace(settings, embedding_backend="")

@@ -42,15 +42,21 @@ class FrontAccess:
 
             self.local = LocalFront(Settings.from_env(data_dir=args.data_dir), load_models=load_models)
 
-    def ingest_stream(self, library: str, documents: Iterable[Any]) -> Any:
-        """Stream client ``Document``s into ``library``; returns an ``IngestResult``."""
+    def ingest_stream(
+        self, library: str, documents: Iterable[Any], *, chunker: str = "", contextual: str = ""
+    ) -> Any:
+        """Stream client ``Document``s into ``library``; returns an ``IngestResult``. ``chunker`` /
+        ``contextual``: the library's settings ("" = its stored ones, else the server's)."""
         from ragspine_client import IngestResult
         from ragspine_client._gen import retrieval_pb2
 
         if self.client is not None:
-            return self.client.ingest_stream(library, documents)
+            return self.client.ingest_stream(library, documents, chunker=chunker, contextual=contextual)
         requests = (
-            retrieval_pb2.IngestStreamRequest(library=library, document=d.to_proto()) for d in documents
+            retrieval_pb2.IngestStreamRequest(
+                library=library, document=d.to_proto(), chunker=chunker, contextual=contextual
+            )
+            for d in documents
         )
         return IngestResult.from_proto(self.local.IngestStream(requests))
 
@@ -70,10 +76,7 @@ class FrontAccess:
         if self.client is not None:
             return list(self.client.list_libraries())
         response = self.local.ListLibraries(retrieval_pb2.ListLibrariesRequest())
-        return [
-            Library(e.library_id, e.chunk_count, e.pending_vectors, e.embedding_model, e.embedding_dim)
-            for e in response.libraries
-        ]
+        return [Library.from_proto(e) for e in response.libraries]
 
     def close(self) -> None:
         if self.client is not None:

@@ -94,6 +94,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="after ingesting, show progress until every chunk has its vectors (hybrid answers complete)",
     )
+    parser.add_argument(
+        "--chunker",
+        default="",
+        help="the library's chunker (default, layout, parent_child, sentence_window, semantic, laws, qa, "
+        "book, ...): stored by the first ingest that names one and used for later ingests; a different "
+        "one later is refused",
+    )
+    parser.add_argument(
+        "--contextual",
+        default="",
+        choices=("", "none", "header", "document"),
+        help="the library's contextual index text (RAGSPINE_CONTEXTUAL): fixed while the library is empty, "
+        "refused once it holds chunks indexed otherwise",
+    )
     parser.add_argument("--json", action="store_true", help="print the response as JSON (snake_case)")
     parser.set_defaults(func=_run)
 
@@ -266,7 +280,9 @@ def _run(args: argparse.Namespace) -> int:
         with Progress(f"ingest → {args.library}") as progress:
             stream = _Capturing(documents(args, sources, labels), progress)
             try:
-                result = front.ingest_stream(args.library, iter(stream))
+                result = front.ingest_stream(
+                    args.library, iter(stream), chunker=args.chunker, contextual=args.contextual
+                )
             except Exception:
                 if stream.error is not None:
                     raise stream.error from None

@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ragspine.common.company_profile import profile_for
-from ragspine.retrieval.contextual import make_index_text_fn
+from ragspine.retrieval.contextual import document_weight, make_index_text_fn
 from ragspine.retrieval.index_backend import retriever_factory
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter, load_glossary
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
@@ -153,6 +153,9 @@ def assemble_index(
     index_text_fn = make_index_text_fn(settings.contextual, profile=profile)
     if index_text_fn is not None:
         kwargs["index_text_fn"] = index_text_fn
+    weight = document_weight(settings.contextual, settings.doc_weight)
+    if weight:
+        kwargs["doc_weight"] = weight
     if choice(settings.chunker, default="default") != "default":
         from ragspine.retrieval.chunking.factory import make_chunker
 

@@ -11,7 +11,10 @@ Header: the non-empty parts of ``title · entity · period · heading``, each wh
 entity is its code followed by the profile's display label when the profile knows one (``ACME_HK ACME Hong
 Kong``). A part the chunk's text already contains (the title line of a document's first chunk, a heading
 that opens the chunk) is left out rather than repeated. Selected by ``RAGSPINE_CONTEXTUAL``
-(``Settings.contextual``): ``none`` (default, the index text is ``chunk.text``) or ``header``.
+(``Settings.contextual``): ``none`` (default, the index text is ``chunk.text``), ``header``, or
+``document``: the header plus document-level evidence (``document_weight``): a chunk is also scored by how
+well its whole document matches the query, so a chunk of the right document is not outranked by a lone
+matching chunk of an unrelated one (``HybridRetriever(doc_weight=...)``).
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ IndexTextFn = Callable[[Any], str]
 
 CONTEXTUAL_ENV = "RAGSPINE_CONTEXTUAL"
 HEADER_SEPARATOR = " · "
-CONTEXTUAL_CHOICES: tuple[str, ...] = ("none", "header")
+CONTEXTUAL_CHOICES: tuple[str, ...] = ("none", "header", "document")
+# Share of a chunk's lexical score that comes from its whole document under ``document``.
+DEFAULT_DOCUMENT_WEIGHT = 0.5
 _ON = ("header", "contextual", "on", "true", "1")
+_DOCUMENT = ("document", "doc")
 _OFF = ("", "none", "off", "false", "0")
 
 
@@ -74,8 +80,9 @@ def make_index_text_fn(
     spec: str | None = None, *, profile: DomainProfile | None = None
 ) -> IndexTextFn | None:
     """The index-text function ``spec`` names (case-insensitive): ``"none"`` (also ``""``/``off``) →
-    ``None`` (index ``chunk.text``, the default); ``"header"`` (also ``contextual``/``on``) → a function
-    applying ``contextual_index_text`` with ``profile`` (entity labels; ``None`` shows codes only).
+    ``None`` (index ``chunk.text``, the default); ``"header"`` (also ``contextual``/``on``) and
+    ``"document"`` → a function applying ``contextual_index_text`` with ``profile`` (entity labels;
+    ``None`` shows codes only).
 
     ``spec=None`` resolves through ``Settings.from_env().contextual`` (``RAGSPINE_CONTEXTUAL``). Raises
     ``ValueError`` listing the choices for an unknown name.
@@ -87,7 +94,7 @@ def make_index_text_fn(
     name = str(spec).strip().lower()
     if name in _OFF:
         return None
-    if name in _ON:
+    if name in _ON or name in _DOCUMENT:
         if profile is None:
             return contextual_index_text
 
@@ -100,12 +107,46 @@ def make_index_text_fn(
     )
 
 
+def document_weight(spec: str | None, weight: float = DEFAULT_DOCUMENT_WEIGHT) -> float:
+    """The weight of document-level evidence ``spec`` asks for: ``weight`` for ``"document"``, else 0.0
+    (chunks are scored on their own). Raises ``ValueError`` for an unknown ``spec`` (as
+    ``make_index_text_fn``) or a ``weight`` outside ``[0, 1)``."""
+    name = str(spec or "").strip().lower()
+    if name not in _OFF + _ON + _DOCUMENT:
+        raise ValueError(
+            f"unknown {CONTEXTUAL_ENV} value {spec!r}; choose one of: {', '.join(CONTEXTUAL_CHOICES)}"
+        )
+    if name not in _DOCUMENT:
+        return 0.0
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0.0 <= weight < 1.0:
+        raise ValueError(f"RAGSPINE_DOC_WEIGHT must be a number in [0, 1), got {weight!r}")
+    return float(weight)
+
+
+def normalize_contextual(spec: str | None) -> str:
+    """The canonical name of a contextual setting: ``"none"``, ``"header"`` or ``"document"``.
+    Raises ``ValueError`` listing the choices for anything else."""
+    name = str(spec or "").strip().lower()
+    if name in _OFF:
+        return "none"
+    if name in _ON:
+        return "header"
+    if name in _DOCUMENT:
+        return "document"
+    raise ValueError(
+        f"unknown {CONTEXTUAL_ENV} value {spec!r}; choose one of: {', '.join(CONTEXTUAL_CHOICES)}"
+    )
+
+
 __all__ = [
     "CONTEXTUAL_CHOICES",
     "CONTEXTUAL_ENV",
+    "DEFAULT_DOCUMENT_WEIGHT",
     "HEADER_SEPARATOR",
     "IndexTextFn",
     "build_context_header",
     "contextual_index_text",
+    "document_weight",
     "make_index_text_fn",
+    "normalize_contextual",
 ]

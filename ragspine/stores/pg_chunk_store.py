@@ -31,6 +31,7 @@ from ragspine.common.sensitivity import SENSITIVITY_LEVELS, stored_label
 from ragspine.retrieval.chunking.chunk_store import ChunkStore, report_labels
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
 from ragspine.retrieval.indexing.ledger import VectorLedgerMixin, ledger_ddl
+from ragspine.retrieval.indexing.library_settings import LibrarySettingsMixin, library_settings_ddl
 from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector, redact_dsn, scrub_secret
 
 try:
@@ -202,7 +203,7 @@ def _qmark_to_pyformat(sql: str) -> str:
     return "".join(out)
 
 
-class PgChunkStore(VectorLedgerMixin):
+class PgChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
     """Versioned PostgreSQL store of chunks with the SQLite ``ChunkStore`` interface.
 
     ``dsn`` is a libpq connection string or URI (``postgresql://user:pass@host:5432/db``). Opening
@@ -319,6 +320,7 @@ class PgChunkStore(VectorLedgerMixin):
                 conn.execute(statement)
             for statement in ledger_ddl(text='TEXT COLLATE "C"', blob="BYTEA"):
                 conn.execute(statement)
+            conn.execute(library_settings_ddl(text='TEXT COLLATE "C"'))
 
     # ------------------------------------------------------------------ vector ledger
 

@@ -107,5 +107,10 @@ def test_cli_chunker_and_contextual_flags(tmp_path: Path) -> None:
     # Per document: title + first line, then the second line alone; the header puts "Penguins" in front
     # of the "fledge" chunk, so the penguin document ranks first.
     assert figures["chunks"] == 4 and figures["ndcg_at_10"] == pytest.approx(1.0)
+    header = ragspine_eval("--max-chars", "40", "--contextual", "header")
+    assert header.returncode == 0, header.stderr
+    assert json.loads(header.stdout.strip().splitlines()[-1])["ndcg_at_10"] == pytest.approx(1.0)
     bad = ragspine_eval("--max-chars", "40", "--chunker", "no-such-chunker")
     assert bad.returncode == 2 and "no-such-chunker" in bad.stderr
+    wrong = ragspine_eval("--max-chars", "40", "--contextual", "llm")
+    assert wrong.returncode == 2 and "llm" in wrong.stderr

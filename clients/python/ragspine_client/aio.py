@@ -103,9 +103,20 @@ class AsyncRetrievalClient:
         return RetrieveResult.from_proto(await self._call(self._stub.Retrieve, request, timeout_s))
 
     async def ingest(
-        self, library: str, documents: Iterable[Document], *, timeout_s: float | None = None
+        self,
+        library: str,
+        documents: Iterable[Document],
+        *,
+        chunker: str = "",
+        contextual: str = "",
+        timeout_s: float | None = None,
     ) -> IngestResult:
-        request = pb.IngestRequest(library=library, documents=[d.to_proto() for d in documents])
+        request = pb.IngestRequest(
+            library=library,
+            documents=[d.to_proto() for d in documents],
+            chunker=chunker,
+            contextual=contextual,
+        )
         return IngestResult.from_proto(await self._call(self._stub.Ingest, request, timeout_s))
 
     async def delete_document(self, library: str, doc_id: str, *, timeout_s: float | None = None) -> int:
@@ -114,7 +125,7 @@ class AsyncRetrievalClient:
 
     async def list_libraries(self, *, timeout_s: float | None = None) -> list[Library]:
         response = await self._call(self._stub.ListLibraries, pb.ListLibrariesRequest(), timeout_s)
-        return [Library(lib.library_id, lib.chunk_count) for lib in response.libraries]
+        return [Library.from_proto(lib) for lib in response.libraries]
 
     async def info(self, *, timeout_s: float | None = None) -> ServerInfo:
         return ServerInfo.from_proto(

@@ -130,18 +130,45 @@ class RetrievalClient:
         return self._call(self._stub.Retrieve, lambda: request, timeout_s)
 
     def ingest(
-        self, library: str, documents: Iterable[Document], *, timeout_s: float | None = None
+        self,
+        library: str,
+        documents: Iterable[Document],
+        *,
+        chunker: str = "",
+        contextual: str = "",
+        timeout_s: float | None = None,
     ) -> IngestResult:
-        """Ingest a batch in one call (at most the server's ``max_documents_per_request``)."""
-        request = pb.IngestRequest(library=library, documents=[d.to_proto() for d in documents])
+        """Ingest a batch in one call (at most the server's ``max_documents_per_request``).
+
+        ``chunker`` / ``contextual``: the library's settings, stored by the first ingest that names them
+        ("" = the stored ones, else the server's); a different value later is ``FailedPrecondition``.
+        """
+        request = pb.IngestRequest(
+            library=library,
+            documents=[d.to_proto() for d in documents],
+            chunker=chunker,
+            contextual=contextual,
+        )
         return IngestResult.from_proto(self._call(self._stub.Ingest, lambda: request, timeout_s))
 
     def ingest_stream(
-        self, library: str, documents: Iterable[Document], *, timeout_s: float | None = None
+        self,
+        library: str,
+        documents: Iterable[Document],
+        *,
+        chunker: str = "",
+        contextual: str = "",
+        timeout_s: float | None = None,
     ) -> IngestResult:
-        """Stream any number of documents; retried only while the server has received none of them."""
+        """Stream any number of documents; retried only while the server has received none of them.
+        ``chunker`` / ``contextual`` as in ``ingest`` (sent on every message)."""
         source = iter(documents)
-        messages = (pb.IngestStreamRequest(library=library, document=d.to_proto()) for d in source)
+        messages = (
+            pb.IngestStreamRequest(
+                library=library, document=d.to_proto(), chunker=chunker, contextual=contextual
+            )
+            for d in source
+        )
         stream = CountingIterator(messages)
         return IngestResult.from_proto(self._call(self._stub.IngestStream, lambda: stream, timeout_s))
 
@@ -154,9 +181,7 @@ class RetrievalClient:
         """The libraries the token may read, sorted by id."""
         response = self._call(self._stub.ListLibraries, pb.ListLibrariesRequest, timeout_s)
         return [
-            Library(
-                lib.library_id, lib.chunk_count, lib.pending_vectors, lib.embedding_model, lib.embedding_dim
-            )
+            Library.from_proto(lib)
             for lib in response.libraries
         ]
 

@@ -289,6 +289,21 @@ class Library:
     pending_vectors: int = 0
     embedding_model: str = ""
     embedding_dim: int = 0
+    # Chunker and contextual setting the library uses (stored with it, else the server's).
+    chunker: str = ""
+    contextual: str = ""
+
+    @classmethod
+    def from_proto(cls, m: pb.Library) -> Library:
+        return cls(
+            m.library_id,
+            m.chunk_count,
+            m.pending_vectors,
+            m.embedding_model,
+            m.embedding_dim,
+            m.chunker,
+            m.contextual,
+        )
 
 
 @dataclass(frozen=True)
@@ -303,6 +318,9 @@ class ServerInfo:
     remote_worker: bool
     max_query_chars: int
     visual_model: str
+    # What a new library uses unless its first ingest names its own.
+    default_chunker: str = ""
+    default_contextual: str = ""
 
     @classmethod
     def from_proto(cls, m: pb.RetrievalServiceInfoResponse) -> ServerInfo:
@@ -315,6 +333,8 @@ class ServerInfo:
             m.remote_worker,
             m.max_query_chars,
             m.visual_model,
+            m.default_chunker,
+            m.default_contextual,
         )
 
 

@@ -33,6 +33,7 @@ from ragspine.common.sensitivity import (
 )
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
 from ragspine.retrieval.indexing.ledger import VectorLedgerMixin, ledger_ddl
+from ragspine.retrieval.indexing.library_settings import LibrarySettingsMixin, library_settings_ddl
 
 __all__ = ["ChunkStore", "StoredChunk"]
 
@@ -173,7 +174,7 @@ def _batches(items: Sequence[str]) -> Iterator[Sequence[str]]:
         yield items[i : i + _IN_BATCH]
 
 
-class ChunkStore(VectorLedgerMixin):
+class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
     """Versioned SQLite store of chunks. ``db_path`` is a file path (str or Path) or ``":memory:"``.
 
     Opening validates the file and brings its schema up to date (creating tables, or adding missing
@@ -328,6 +329,7 @@ class ChunkStore(VectorLedgerMixin):
                 conn.execute(statement)
             for statement in ledger_ddl(text="TEXT", blob="BLOB"):
                 conn.execute(statement)
+            conn.execute(library_settings_ddl(text="TEXT"))
 
     def _ledger_tx(self, *, write: bool) -> Any:
         return self._transaction("IMMEDIATE" if write else "DEFERRED")

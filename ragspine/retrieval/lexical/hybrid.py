@@ -30,6 +30,7 @@ from ragspine.retrieval.constants import (
 )
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.lexical.bm25 import rrf_fuse
+from ragspine.retrieval.lexical.doc_evidence import DocumentEvidence
 from ragspine.retrieval.lexical.impact_index import ImpactIndex
 from ragspine.retrieval.lexical.inverted_index import InvertedIndex
 from ragspine.retrieval.lexical.language import query_language, reads_language
@@ -115,9 +116,12 @@ class HybridRetriever:
         lazy_vectors: bool = True,
         vector_sink: VectorSink | None = None,
         vector_round_trip: Callable[[Sequence[float]], list[float]] | None = None,
+        doc_weight: float = 0.0,
     ) -> None:
         if rrf_k <= 0:
             raise ValueError(f"rrf_k must be positive, got {rrf_k!r}")
+        if isinstance(doc_weight, bool) or not isinstance(doc_weight, int | float) or not 0 <= doc_weight < 1:
+            raise ValueError(f"doc_weight must be a number in [0, 1), got {doc_weight!r}")
         self.top_k = validate_top_k(top_k)
         self.embedding_backend = embedding_backend
         self.query_rewriter = query_rewriter
@@ -142,6 +146,9 @@ class HybridRetriever:
         self._dense: tuple[np.ndarray, dict[str, int]] | None = None
         self._dense_ids: list[str] = []
         self._sparse = ImpactIndex()
+        # Document-level evidence (doc_weight > 0): one BM25 entry per document over its indexed chunks.
+        self.doc_weight = float(doc_weight)
+        self._docs = DocumentEvidence(k1=k1, b=b) if doc_weight > 0 else None
         self.add_chunks(chunks)
 
     # ------------------------------------------------------------------ maintenance
@@ -177,6 +184,8 @@ class HybridRetriever:
                 self._chunks[c.chunk_id] = c
                 for f in METADATA_FIELDS:
                     self._by_field[f].setdefault(getattr(c, f), set()).add(c.chunk_id)
+            if self._docs is not None:
+                self._docs.refresh(self._chunks, batch, self.index_text)
             if self.embedding_backend is not None:
                 self._dense_pending.update(c.chunk_id for c in batch if c.chunk_id not in self._vectors)
             if self.sparse_encoder is not None:
@@ -200,6 +209,7 @@ class HybridRetriever:
         self._lex.remove_many(ids)
         self._sparse.remove_many(ids)
         self._dense = None
+        dropped = [self._chunks[cid] for cid in ids]
         self._sparse_pending.difference_update(ids)
         self._dense_pending.difference_update(ids)
         for cid in ids:
@@ -211,6 +221,8 @@ class HybridRetriever:
                     if not bucket:
                         del self._by_field[f][getattr(chunk, f)]
             self._vectors.pop(cid, None)
+        if self._docs is not None:
+            self._docs.refresh(self._chunks, dropped, self.index_text)
         if self.vector_store is not None and self.manage_vectors:
             self.vector_store.delete(where={"id": list(ids)})
         return len(ids)
@@ -437,8 +449,15 @@ class HybridRetriever:
             rankings: list[list[str]] = []
             bm25: dict[str, float] = {}
             for variant in variants:
-                hits = self._lex.search(tokenize(variant), k, allowed=allowed)
-                rankings.append([cid for cid, _ in hits])
+                tokens = tokenize(variant)
+                hits = self._lex.search(tokens, k, allowed=allowed)
+                if self._docs is not None:
+                    hits, ranked = self._docs.rerank(
+                        self._lex, tokens, hits, self._chunks, candidates, k, self.doc_weight
+                    )
+                    rankings.append(ranked)
+                else:
+                    rankings.append([cid for cid, _ in hits])
                 for cid, score in hits:
                     if score > bm25.get(cid, -math.inf):
                         bm25[cid] = score

@@ -124,6 +124,7 @@ class NarrativeIndex:
         sensitivity_policy: SensitivityPolicy | None = None,
         defer_vectors: bool = False,
         retriever_factory: Callable[..., Any] | None = None,
+        doc_weight: float = 0.0,
     ) -> None:
         if persistence_policy not in (None, "memory"):
             raise ValueError(
@@ -168,6 +169,15 @@ class NarrativeIndex:
         chunks = store.iter_chunks()
         # ``retriever_factory`` builds another index with HybridRetriever's interface (the Qdrant backend).
         make_retriever = HybridRetriever if retriever_factory is None else retriever_factory
+        # Document-level evidence (contextual=document) is an option of the in-process index only.
+        evidence: dict[str, Any] = {}
+        if doc_weight:
+            if retriever_factory is not None:
+                raise ValueError(
+                    "document-level evidence (RAGSPINE_CONTEXTUAL=document) needs the in-process index; "
+                    "use RAGSPINE_CONTEXTUAL=header with an external index backend"
+                )
+            evidence["doc_weight"] = doc_weight
         self.retriever: HybridRetriever = make_retriever(
             chunks,
             embedding_backend=embedding_backend,
@@ -180,6 +190,7 @@ class NarrativeIndex:
             lazy_vectors=not defer_vectors,
             vector_sink=self._keep_vectors if self._ledger is not None else None,
             vector_round_trip=round_trip_dense if self._ledger is not None else None,
+            **evidence,
         )
         for c in chunks:
             self._doc_chunks.setdefault(c.doc_id, []).append(c.chunk_id)

@@ -38,9 +38,14 @@ class RequestTooLargeError(ValueError):
     """A request exceeds a published limit (batch size, text length)."""
 
 
+class SettingConflictError(ValueError):
+    """A request asks to change a setting fixed earlier (a library's chunker or contextual setting)."""
+
+
 # Order matters: the first matching class wins, so subclasses come before their bases.
 _TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (RequestTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (SettingConflictError, grpc.StatusCode.FAILED_PRECONDITION),
     (LimitExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),

@@ -30,6 +30,7 @@ from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.index_backend import page_index_factory
 from ragspine.retrieval.indexing.drainer import VectorDrainer
+from ragspine.retrieval.indexing.library_settings import LibrarySettingsStore
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.mode import make_retrieval_mode
@@ -40,6 +41,7 @@ from ragspine.stores.pg_libraries import library_schema
 from ragspine_services.common import metrics
 from ragspine_services.common.errors import BackendUnavailableError, NotFoundError
 from ragspine_services.front.change_follower import ChangeFollower
+from ragspine_services.front.library_config import CHUNKER, CONTEXTUAL, LibraryConfigRequest, effective_config
 from ragspine_services.front.pages import LibraryPages, pages_path
 
 if TYPE_CHECKING:
@@ -83,6 +85,53 @@ class Library:
     _pages: LibraryPages | None = None
     # Fills the configured index's vector backlog in the background; None = queries embed lazily.
     drainer: VectorDrainer | None = None
+    # The library's own settings as stored (chunker, contextual); None = not read yet.
+    _config: dict[str, str] | None = None
+
+    def config(self) -> dict[str, str]:
+        """The chunker and contextual setting this library uses: its stored ones (read from the store,
+        where another replica may have set them), else the server's."""
+        return self.configure(None)
+
+    def _config_locked(self) -> dict[str, str]:
+        if self._config is None:
+            store: Any = self.store
+            self._config = store.library_settings() if isinstance(store, LibrarySettingsStore) else {}
+        return effective_config(self._config, self.settings)
+
+    def configure(self, wanted: LibraryConfigRequest | None) -> dict[str, str]:
+        """Store the chunker/contextual ``wanted`` names for this library (see ``library_config``) and
+        return the settings the library uses now, read again from the store (another replica may have
+        set them). Raises ``SettingConflictError`` when it asks to change a fixed setting (nothing is
+        written), ``ValueError`` when it names one and the store cannot keep settings."""
+        store: Any = self.store
+        if isinstance(store, LibrarySettingsStore):
+            stored = (
+                store.update_library_settings(wanted.decide(self.library_id))
+                if wanted
+                else store.library_settings()
+            )
+        elif wanted:
+            raise ValueError(
+                f"library {self.library_id!r}: its store cannot keep a chunker or contextual setting"
+            )
+        else:
+            stored = {}
+        with self.lock:
+            before = self._config_locked()
+            self._config = stored
+            after = self._config_locked()
+            if before[CONTEXTUAL] != after[CONTEXTUAL] and self._indexes:
+                # Only reachable while the library holds no chunks: rebuild its (empty) indexes with the
+                # new index text.
+                if self.drainer is not None:
+                    self.drainer.remove(self.library_id)
+                self._indexes.clear()
+            return after
+
+    def _index_settings(self) -> Settings:
+        config = self._config_locked()
+        return replace(self.settings, chunker=config[CHUNKER], contextual=config[CONTEXTUAL])
 
     def pages(self, *, create: bool = False) -> LibraryPages | None:
         """The library's page store and visual index; None when visual retrieval is off, or when a SQLite
@@ -121,7 +170,7 @@ class Library:
             index = self._indexes.get(lexical)
             if index is None:
                 if lexical:
-                    settings = replace(self.settings, retrieval_mode="economy")
+                    settings = replace(self._index_settings(), retrieval_mode="economy")
                     index = assemble_index(
                         self.store,
                         settings,
@@ -132,7 +181,7 @@ class Library:
                     # Models are passed in (resolved once per process), never re-resolved per library.
                     index = assemble_index(
                         self.store,
-                        self.settings,
+                        self._index_settings(),
                         embedding_backend=self.embedding_backend,
                         reranker=self.reranker,
                         sparse_encoder=self.sparse_encoder,

@@ -10,6 +10,7 @@ is opened, so a caller cannot even learn whether a library it may not read exist
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -59,6 +60,12 @@ from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
 from ragspine_services.front import convert
 from ragspine_services.front.filter_report import filter_report
 from ragspine_services.front.libraries import Library, LibraryCatalog, check_library_id
+from ragspine_services.front.library_config import (
+    CHUNKER,
+    CONTEXTUAL,
+    LibraryConfigRequest,
+    effective_config,
+)
 from ragspine_services.front.stage_convert import stage_options, stage_report_message
 
 _LOG = logging.getLogger("ragspine_services.front")
@@ -219,9 +226,11 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self._authorize(request.library)
         self._ingest_slot()
         try:
+            wanted = LibraryConfigRequest(request.chunker, request.contextual, self.catalog.settings)
             prepared = self._prepare(request.documents)
             # The library is created only once its first batch is known to be valid.
-            results = self._ingest(self.catalog.get(request.library, create=True), prepared)
+            library = self.catalog.get(request.library, create=True)
+            results = self._ingest(library, self._configured(library, wanted, prepared))
         finally:
             self._ingest_slots.release()
         return retrieval_pb2.IngestResponse(results=results, timings=_timings(started))
@@ -258,22 +267,39 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 )
             if not library_id:
                 library_id = self._authorize(message.library)
+                wanted = LibraryConfigRequest(message.chunker, message.contextual, self.catalog.settings)
             elif message.library != library_id:
                 raise ValueError(
                     f"every message of one stream must name library {library_id!r}, got {message.library!r}"
                 )
+            elif not wanted.matches(message.chunker, message.contextual):
+                raise ValueError(
+                    f"stream message {received - 1}: chunker/contextual differ from the first message's; "
+                    "send them on the first message (or the same values on every message)"
+                )
             batch.append(message.document)
             if len(batch) >= 64:
                 prepared = self._prepare_offset(batch, offset)
-                results += self._ingest(self.catalog.get(library_id, create=True), prepared)
+                library = self.catalog.get(library_id, create=True)
+                results += self._ingest(library, self._configured(library, wanted, prepared))
                 offset += len(batch)
                 batch = []
         if not library_id:
             raise ValueError("the stream carried no documents")
         if batch:
             prepared = self._prepare_offset(batch, offset)
-            results += self._ingest(self.catalog.get(library_id, create=True), prepared)
+            library = self.catalog.get(library_id, create=True)
+            results += self._ingest(library, self._configured(library, wanted, prepared))
         return retrieval_pb2.IngestStreamResponse(results=results, timings=_timings(started))
+
+    @staticmethod
+    def _configured(
+        library: Library, wanted: LibraryConfigRequest, prepared: list[IngestDocument]
+    ) -> list[IngestDocument]:
+        """Store the library settings the request names (refusing a conflicting change before anything is
+        written) and give every document that names no chunker the library's."""
+        chunker = library.configure(wanted)[CHUNKER]
+        return [d if d.chunker else dataclasses.replace(d, chunker=chunker) for d in prepared]
 
     def _prepare_offset(self, docs: list[retrieval_pb2.Document], offset: int) -> list[IngestDocument]:
         try:
@@ -451,6 +477,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             if caller.may_read(name):
                 library = self.catalog.get(name)
                 model, dim = library.embedding_space()
+                config = library.config()
                 out.append(
                     retrieval_pb2.Library(
                         library_id=name,
@@ -459,6 +486,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                         pending_vectors=library.pending_vectors(),
                         embedding_model=model,
                         embedding_dim=dim,
+                        chunker=config[CHUNKER],
+                        contextual=config[CONTEXTUAL],
                     )
                 )
         return retrieval_pb2.ListLibrariesResponse(libraries=out)
@@ -467,6 +496,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.RetrievalServiceInfoRequest, context: grpc.ServicerContext
     ) -> retrieval_pb2.RetrievalServiceInfoResponse:
         lim = self.limits
+        defaults = effective_config({}, self.catalog.settings)
         return retrieval_pb2.RetrievalServiceInfoResponse(
             version=ragspine.__version__,
             max_message_bytes=lim.max_message_bytes,
@@ -484,6 +514,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             max_stream_documents=lim.max_stream_documents,
             max_stream_bytes=lim.max_stream_bytes,
             models=self._models(),
+            default_chunker=defaults[CHUNKER],
+            default_contextual=defaults[CONTEXTUAL],
             **self._vector_info(),
         )
 

@@ -253,8 +253,22 @@ class IngestRequest(_message.Message):
 
     LIBRARY_FIELD_NUMBER: _builtins.int
     DOCUMENTS_FIELD_NUMBER: _builtins.int
+    CHUNKER_FIELD_NUMBER: _builtins.int
+    CONTEXTUAL_FIELD_NUMBER: _builtins.int
     library: _builtins.str
     """Target library id; created on first use. Letters, digits, '-', '_' and '.'."""
+    chunker: _builtins.str
+    """The library's chunker: used for every document that names none (Document.chunker still wins for
+    its document). "" = the library's stored chunker, else the server's RAGSPINE_CHUNKER. The first
+    ingest that names one stores it with the library; naming a different one later is FAILED_PRECONDITION
+    (set Document.chunker for a single document, or ingest into a new library).
+    """
+    contextual: _builtins.str
+    """The library's contextual index text: "none", "header" or "document" (RAGSPINE_CONTEXTUAL).
+    "" = the library's stored value, else the server's. Stored like chunker; it can only be chosen while
+    the library holds no chunks (the stored chunks were indexed under the old value), else
+    FAILED_PRECONDITION.
+    """
     @_builtins.property
     def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Document]:
         """Documents to ingest, in order."""
@@ -264,10 +278,12 @@ class IngestRequest(_message.Message):
         *,
         library: _builtins.str = ...,
         documents: _abc.Iterable[Global___Document] | None = ...,
+        chunker: _builtins.str = ...,
+        contextual: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "library", b"library"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunker", b"chunker", "contextual", b"contextual", "documents", b"documents", "library", b"library"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -351,8 +367,14 @@ class IngestStreamRequest(_message.Message):
 
     LIBRARY_FIELD_NUMBER: _builtins.int
     DOCUMENT_FIELD_NUMBER: _builtins.int
+    CHUNKER_FIELD_NUMBER: _builtins.int
+    CONTEXTUAL_FIELD_NUMBER: _builtins.int
     library: _builtins.str
     """Target library id; every message of one stream must name the same library."""
+    chunker: _builtins.str
+    """As IngestRequest.chunker; every message of one stream must carry the same value or ""."""
+    contextual: _builtins.str
+    """As IngestRequest.contextual; every message of one stream must carry the same value or ""."""
     @_builtins.property
     def document(self) -> Global___Document:
         """The document carried by this message."""
@@ -362,10 +384,12 @@ class IngestStreamRequest(_message.Message):
         *,
         library: _builtins.str = ...,
         document: Global___Document | None = ...,
+        chunker: _builtins.str = ...,
+        contextual: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document", "library", b"library"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunker", b"chunker", "contextual", b"contextual", "document", b"document", "library", b"library"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1129,6 +1153,8 @@ class Library(_message.Message):
     PENDING_VECTORS_FIELD_NUMBER: _builtins.int
     EMBEDDING_MODEL_FIELD_NUMBER: _builtins.int
     EMBEDDING_DIM_FIELD_NUMBER: _builtins.int
+    CHUNKER_FIELD_NUMBER: _builtins.int
+    CONTEXTUAL_FIELD_NUMBER: _builtins.int
     library_id: _builtins.str
     """Library id."""
     chunk_count: _builtins.int
@@ -1139,6 +1165,10 @@ class Library(_message.Message):
     """Embedding model id the library's dense vectors were made with ("" when it has none yet)."""
     embedding_dim: _builtins.int
     """Dimension of those vectors (0 when unknown yet)."""
+    chunker: _builtins.str
+    """Chunker used for documents that name none: the one stored with the library, else the server's."""
+    contextual: _builtins.str
+    """Contextual index text ("none", "header", "document"): stored with the library, else the server's."""
     def __init__(
         self,
         *,
@@ -1147,10 +1177,12 @@ class Library(_message.Message):
         pending_vectors: _builtins.int = ...,
         embedding_model: _builtins.str = ...,
         embedding_dim: _builtins.int = ...,
+        chunker: _builtins.str = ...,
+        contextual: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "library_id", b"library_id", "pending_vectors", b"pending_vectors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "chunker", b"chunker", "contextual", b"contextual", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "library_id", b"library_id", "pending_vectors", b"pending_vectors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1224,6 +1256,8 @@ class RetrievalServiceInfoResponse(_message.Message):
     MAX_STREAM_DOCUMENTS_FIELD_NUMBER: _builtins.int
     MAX_STREAM_BYTES_FIELD_NUMBER: _builtins.int
     MODELS_FIELD_NUMBER: _builtins.int
+    DEFAULT_CHUNKER_FIELD_NUMBER: _builtins.int
+    DEFAULT_CONTEXTUAL_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """Package version."""
     max_message_bytes: _builtins.int
@@ -1266,6 +1300,10 @@ class RetrievalServiceInfoResponse(_message.Message):
     """Most documents in one IngestStream call (RAGSPINE_MAX_STREAM_DOCUMENTS)."""
     max_stream_bytes: _builtins.int
     """Most bytes of documents in one IngestStream call (RAGSPINE_MAX_STREAM_BYTES)."""
+    default_chunker: _builtins.str
+    """Chunker a new library uses unless its first ingest names one (RAGSPINE_CHUNKER)."""
+    default_contextual: _builtins.str
+    """Contextual index text a new library uses unless its first ingest names one (RAGSPINE_CONTEXTUAL)."""
     @_builtins.property
     def models(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ModelRuntime]:
         """The models answering this front's channels (in-process, or the worker's as it reports them)."""
@@ -1294,10 +1332,12 @@ class RetrievalServiceInfoResponse(_message.Message):
         max_stream_documents: _builtins.int = ...,
         max_stream_bytes: _builtins.int = ...,
         models: _abc.Iterable[_common_pb2.ModelRuntime] | None = ...,
+        default_chunker: _builtins.str = ...,
+        default_contextual: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_mode", b"default_mode", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "max_concurrent_ingests", b"max_concurrent_ingests", "max_document_pages", b"max_document_pages", "max_document_pixels", b"max_document_pixels", "max_document_text_chars", b"max_document_text_chars", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_page_pixels", b"max_page_pixels", "max_query_chars", b"max_query_chars", "max_stream_bytes", b"max_stream_bytes", "max_stream_documents", b"max_stream_documents", "max_top_k", b"max_top_k", "models", b"models", "pending_vectors", b"pending_vectors", "remote_worker", b"remote_worker", "vector_drain_concurrency", b"vector_drain_concurrency", "vectors_stored", b"vectors_stored", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_chunker", b"default_chunker", "default_contextual", b"default_contextual", "default_mode", b"default_mode", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "max_concurrent_ingests", b"max_concurrent_ingests", "max_document_pages", b"max_document_pages", "max_document_pixels", b"max_document_pixels", "max_document_text_chars", b"max_document_text_chars", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_page_pixels", b"max_page_pixels", "max_query_chars", b"max_query_chars", "max_stream_bytes", b"max_stream_bytes", "max_stream_documents", b"max_stream_documents", "max_top_k", b"max_top_k", "models", b"models", "pending_vectors", b"pending_vectors", "remote_worker", b"remote_worker", "vector_drain_concurrency", b"vector_drain_concurrency", "vectors_stored", b"vectors_stored", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
