@@ -393,9 +393,12 @@ class HybridRetriever:
         report = SearchReport(results=[])
         t0 = time.perf_counter()
         variants = self._variants(query)
-        language = query_language(query)
-        use_dense = self.embedding_backend is not None and reads_language(self.embedding_backend, language)
-        use_sparse = self.sparse_encoder is not None and reads_language(self.sparse_encoder, language)
+        use_dense = use_sparse = False
+        if self.embedding_backend is not None or self.sparse_encoder is not None:
+            language = query_language(query)
+            dense, sparse_encoder = self.embedding_backend, self.sparse_encoder
+            use_dense = dense is not None and reads_language(dense, language)
+            use_sparse = sparse_encoder is not None and reads_language(sparse_encoder, language)
         if self.embedding_backend is not None and not use_dense:
             report.skipped.append(f"embedding (model does not read {language})")
         if self.sparse_encoder is not None and not use_sparse:
@@ -434,14 +437,9 @@ class HybridRetriever:
                 return report
             allowed = None if candidates is None else self._lex.mask(candidates)
             t1 = time.perf_counter()
+            # One (chunk_id, score) list per query variant; the dense and sparse rankings follow them.
+            lexical = [self._lex.search(tokenize(variant), k, allowed=allowed) for variant in variants]
             rankings: list[list[str]] = []
-            bm25: dict[str, float] = {}
-            for variant in variants:
-                hits = self._lex.search(tokenize(variant), k, allowed=allowed)
-                rankings.append([cid for cid, _ in hits])
-                for cid, score in hits:
-                    if score > bm25.get(cid, -math.inf):
-                        bm25[cid] = score
             report.timings_ms["lexical"] = (time.perf_counter() - t1) * 1000.0
             vector: dict[str, float] = {}
             if use_dense:
@@ -469,25 +467,41 @@ class HybridRetriever:
                 report.timings_ms["sparse"] = sparse_ms + (time.perf_counter() - t3) * 1000.0
             report.pending = self._pending_in(candidates, dense=use_dense, sparse=use_sparse)
             report.partial = report.pending > 0
-            if len(rankings) == 1 and len(set(rankings[0])) == len(rankings[0]):
-                # One ranking of distinct ids: its RRF scores fall strictly with rank, so fusing and
-                # sorting would only reproduce it. Same scores as rrf_fuse (1.0 / (k + rank)).
-                order = [(cid, 1.0 / (self.rrf_k + rank)) for rank, cid in enumerate(rankings[0][:k], 1)]
-            else:
-                fused = rrf_fuse(rankings, k=self.rrf_k)
-                order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
             chunks = self._chunks
             make = RetrievalResult.of
-            report.results = [
-                make(
-                    chunks[cid],
-                    bm25.get(cid, 0.0),
-                    vector.get(cid, 0.0),
-                    score,
-                    None if sparse is None else sparse.get(cid, 0.0),
-                )
-                for cid, score in order
-            ]
+            if not rankings and len(lexical) == 1 and _distinct(lexical[0]):
+                # Lexical only, one variant: its RRF scores fall strictly with rank, so fusing and sorting
+                # would only reproduce it. Same scores as rrf_fuse (1.0 / (k + rank)); nothing else ranked
+                # a chunk, so its vector score is 0.0 and its sparse score (when an encoder is set) 0.0.
+                rrf_k = self.rrf_k
+                no_sparse = None if sparse is None else 0.0
+                report.results = [
+                    make(chunks[cid], score, 0.0, 1.0 / (rrf_k + rank), no_sparse)
+                    for rank, (cid, score) in enumerate(lexical[0][:k], 1)
+                ]
+            else:
+                bm25: dict[str, float] = {}
+                for hits in lexical:
+                    for cid, score in hits:
+                        if score > bm25.get(cid, -math.inf):
+                            bm25[cid] = score
+                rankings[:0] = [[cid for cid, _ in hits] for hits in lexical]
+                if len(rankings) == 1 and len(set(rankings[0])) == len(rankings[0]):
+                    # One ranking of distinct ids: as above, its order is already the fused order.
+                    order = [(cid, 1.0 / (self.rrf_k + rank)) for rank, cid in enumerate(rankings[0][:k], 1)]
+                else:
+                    fused = rrf_fuse(rankings, k=self.rrf_k)
+                    order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+                report.results = [
+                    make(
+                        chunks[cid],
+                        bm25.get(cid, 0.0),
+                        vector.get(cid, 0.0),
+                        score,
+                        None if sparse is None else sparse.get(cid, 0.0),
+                    )
+                    for cid, score in order
+                ]
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
         return report
 
@@ -593,3 +607,8 @@ class HybridRetriever:
             keep = np.arange(len(pool))
         ranked = sorted(((pool[i], float(sims[i])) for i in keep), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:k]
+
+
+def _distinct(hits: list[tuple[str, float]]) -> bool:
+    """True when no chunk id appears twice in ``hits``."""
+    return len({cid for cid, _ in hits}) == len(hits)

@@ -753,7 +753,7 @@ class InvertedIndex:
         if k is not None and k < scores.shape[0]:
             candidates = self._top_candidates(scores, term_slots, k)
         else:
-            candidates = np.flatnonzero(scores > 0.0)
+            candidates = (scores > 0.0).nonzero()[0]
         values = scores[candidates]
         order = np.argsort(-values, kind="stable")
         values = values[order]
@@ -775,11 +775,12 @@ class InvertedIndex:
         """
         probe = min((slots for slots in term_slots if slots.shape[0] >= k), key=len, default=None)
         if probe is not None:
-            probe_scores = scores[probe]  # one term's slots are distinct
-            floor = np.partition(probe_scores, probe_scores.shape[0] - k)[probe_scores.shape[0] - k]
-            candidates = np.flatnonzero(scores >= floor)
+            probe_scores = scores[probe]  # one term's slots are distinct; a fresh array, partitioned in place
+            kth = probe_scores.shape[0] - k
+            probe_scores.partition(kth)
+            candidates = (scores >= probe_scores[kth]).nonzero()[0]
         else:
-            candidates = np.flatnonzero(scores > 0.0)
+            candidates = (scores > 0.0).nonzero()[0]
         if candidates.shape[0] > k:
             values = scores[candidates]
             kth = np.partition(values, values.shape[0] - k)[values.shape[0] - k]
