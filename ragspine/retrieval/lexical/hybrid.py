@@ -469,16 +469,18 @@ class HybridRetriever:
             report.partial = report.pending > 0
             chunks = self._chunks
             make = RetrievalResult.of
-            if not rankings and len(lexical) == 1 and _distinct(lexical[0]):
-                # Lexical only, one variant: its RRF scores fall strictly with rank, so fusing and sorting
-                # would only reproduce it. Same scores as rrf_fuse (1.0 / (k + rank)); nothing else ranked
-                # a chunk, so its vector score is 0.0 and its sparse score (when an encoder is set) 0.0.
-                rrf_k = self.rrf_k
-                no_sparse = None if sparse is None else 0.0
-                report.results = [
-                    make(chunks[cid], score, 0.0, 1.0 / (rrf_k + rank), no_sparse)
-                    for rank, (cid, score) in enumerate(lexical[0][:k], 1)
-                ]
+            if not rankings and len(lexical) == 1:
+                # Lexical only, one variant: the index's keys are distinct, so their RRF scores fall
+                # strictly with rank and fusing and sorting would only reproduce the ranking. Same scores
+                # as rrf_fuse (1.0 / (k + rank)); nothing else ranked a chunk, so its vector score is 0.0
+                # and its sparse score (when an encoder is set) 0.0.
+                hits = lexical[0][:k]
+                report.results = RetrievalResult.ranked(
+                    [chunks[cid] for cid, _ in hits],
+                    [score for _, score in hits],
+                    self.rrf_k,
+                    None if sparse is None else 0.0,
+                )
             else:
                 bm25: dict[str, float] = {}
                 for hits in lexical:
@@ -608,7 +610,3 @@ class HybridRetriever:
         ranked = sorted(((pool[i], float(sims[i])) for i in keep), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:k]
 
-
-def _distinct(hits: list[tuple[str, float]]) -> bool:
-    """True when no chunk id appears twice in ``hits``."""
-    return len({cid for cid, _ in hits}) == len(hits)
