@@ -4,6 +4,8 @@ Stages, each timed over the same judged queries (top 100):
   bm25s        bm25s.BM25.retrieve on pre-tokenised queries (the peer; our tokenizer, k1=1.5, b=0.75,
                Lucene idf), one call per query, ``n_threads=0`` (its plain single-thread path; any other
                value starts a thread pool on every call)
+  bm25s_pool   the same with ``n_threads=1``, as earlier rounds of this benchmark ran it (a thread pool
+               started per call): kept so older figures can be compared
   raw          our InvertedIndex.search on pre-tokenised queries
   search       HybridRetriever.search (tokenising, filters, RRF, RetrievalResult objects)
   retrieve     NarrativeIndex.retrieve (store change-log check, glossary multi-query)
@@ -45,7 +47,7 @@ from ragspine.retrieval.lexical.tokenizer import tokenize  # noqa: E402
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 
-STAGES = ("bm25s", "raw", "search", "retrieve", "snippets")
+STAGES = ("bm25s", "bm25s_pool", "raw", "search", "retrieve", "snippets")
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 TOP = 100
 
@@ -80,6 +82,8 @@ def summarise(per_round: list[dict[str, float]], peer: str = "bm25s") -> dict[st
         figures[f"{name}_ratio"] = statistics.median(ratios)
         figures[f"{name}_ratio_min"] = min(ratios)
         figures[f"{name}_ratio_max"] = max(ratios)
+        if "bm25s_pool" in per_round[0]:
+            figures[f"{name}_vs_pool"] = statistics.median(r[name] / r["bm25s_pool"] for r in per_round)
     return figures
 
 
@@ -108,6 +112,9 @@ def main() -> int:
     def peer_search(text: str, _tokens: list[str]) -> object:
         return peer.retrieve([peer_queries[text]], k=TOP, show_progress=False, n_threads=0)
 
+    def peer_pool_search(text: str, _tokens: list[str]) -> object:
+        return peer.retrieve([peer_queries[text]], k=TOP, show_progress=False, n_threads=1)
+
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, ChunkStore(Path(tmp) / "bench.db") as store:
         store.init_schema()
@@ -117,6 +124,7 @@ def main() -> int:
         link = NarrativeIndexRetriever(index)
         stages: dict[str, Stage] = {
             "bm25s": peer_search,
+            "bm25s_pool": peer_pool_search,
             "raw": lambda _q, toks: lex.search(toks, TOP),
             "search": lambda q, _t: index.retriever.search(q, top_k=TOP),
             "retrieve": lambda q, _t: index.retrieve(q, top_k=TOP),
@@ -147,11 +155,13 @@ def main() -> int:
         f"median of {args.rounds} alternating rounds; load average {figures['load_start']} -> "
         f"{figures['load_end']}"
     )
-    print(f"{'stage':<10} {'queries/s':>10} {'vs bm25s':>9} {'(min-max over rounds)':>22}")
+    header = f"{'stage':<10} {'queries/s':>10} {'vs bm25s':>9} {'(min-max over rounds)':>22}"
+    print(f"{header} {'vs bm25s_pool':>14}")
     for stage in STAGES:
         print(
             f"{stage:<10} {float(figures[f'{stage}_qps']):>10.0f} {float(figures[f'{stage}_ratio']):>8.2f}x"
-            f"   {float(figures[f'{stage}_ratio_min']):.2f}-{float(figures[f'{stage}_ratio_max']):.2f}x"
+            f"   {float(figures[f'{stage}_ratio_min']):>9.2f}-{float(figures[f'{stage}_ratio_max']):.2f}x"
+            f" {float(figures[f'{stage}_vs_pool']):>13.2f}x"
         )
     print(f"ingest {float(figures['ingest_docs_per_s']):.0f} docs/s (chunk, store in SQLite, index)")
     return 0

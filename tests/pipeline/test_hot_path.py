@@ -216,3 +216,13 @@ def test_expansion_reads_the_store_only_for_chunks_with_windows(
     assert (counting.reads > 0) is reads
     assert any("prompt_text" in s for per_query in snippets for s in per_query) is reads
     store.close()
+
+
+def test_search_columns_are_search_unzipped(index: NarrativeIndex) -> None:
+    lex = index.retriever._lex
+    for query in [*QUERIES, "revenue revenue revenue", "no-such-term"]:
+        for k in (None, 0, 1, 7, 1000):
+            keys, scores = lex.search_columns(tokenize(query), k)
+            assert list(zip(keys, scores, strict=True)) == lex.search(tokenize(query), k)
+    with pytest.raises(ValueError, match="k must be None or an integer"):
+        lex.search_columns(["revenue"], -1)

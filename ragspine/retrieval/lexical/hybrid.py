@@ -437,8 +437,9 @@ class HybridRetriever:
                 return report
             allowed = None if candidates is None else self._lex.mask(candidates)
             t1 = time.perf_counter()
-            # One (chunk_id, score) list per query variant; the dense and sparse rankings follow them.
-            lexical = [self._lex.search(tokenize(variant), k, allowed=allowed) for variant in variants]
+            # (chunk ids, scores) per query variant; the dense and sparse rankings follow them.
+            lex_search = self._lex.search_columns
+            lexical = [lex_search(tokenize(variant), k, allowed=allowed) for variant in variants]
             rankings: list[list[str]] = []
             report.timings_ms["lexical"] = (time.perf_counter() - t1) * 1000.0
             vector: dict[str, float] = {}
@@ -474,20 +475,18 @@ class HybridRetriever:
                 # strictly with rank and fusing and sorting would only reproduce the ranking. Same scores
                 # as rrf_fuse (1.0 / (k + rank)); nothing else ranked a chunk, so its vector score is 0.0
                 # and its sparse score (when an encoder is set) 0.0.
-                hits = lexical[0][:k]
+                keys, scores = lexical[0]
+                no_sparse = None if sparse is None else 0.0
                 report.results = RetrievalResult.ranked(
-                    [chunks[cid] for cid, _ in hits],
-                    [score for _, score in hits],
-                    self.rrf_k,
-                    None if sparse is None else 0.0,
+                    list(map(chunks.__getitem__, keys[:k])), scores[:k], self.rrf_k, no_sparse
                 )
             else:
                 bm25: dict[str, float] = {}
-                for hits in lexical:
-                    for cid, score in hits:
+                for keys, scores in lexical:
+                    for cid, score in zip(keys, scores, strict=True):
                         if score > bm25.get(cid, -math.inf):
                             bm25[cid] = score
-                rankings[:0] = [[cid for cid, _ in hits] for hits in lexical]
+                rankings[:0] = [list(keys) for keys, _ in lexical]
                 if len(rankings) == 1 and len(set(rankings[0])) == len(rankings[0]):
                     # One ranking of distinct ids: as above, its order is already the fused order.
                     order = [(cid, 1.0 / (self.rrf_k + rank)) for rank, cid in enumerate(rankings[0][:k], 1)]
@@ -609,4 +608,3 @@ class HybridRetriever:
             keep = np.arange(len(pool))
         ranked = sorted(((pool[i], float(sims[i])) for i in keep), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:k]
-
