@@ -1,34 +1,45 @@
-"""End-to-end retrieve() throughput against raw BM25 scoring, on SciFact, one thread, same run.
+"""End-to-end retrieve() throughput against bm25s' raw ``retrieve``, on SciFact, one thread, same run.
 
-Stages, each timed over the same judged queries:
-  bm25s        bm25s.BM25.retrieve on pre-tokenised queries (the peer; our tokenizer, k1=1.5, b=0.75)
-  raw          our InvertedIndex.search on pre-tokenised queries (top 100)
+Stages, each timed over the same judged queries (top 100):
+  bm25s        bm25s.BM25.retrieve on pre-tokenised queries (the peer; our tokenizer, k1=1.5, b=0.75,
+               Lucene idf), one call per query, ``n_threads=0`` (its plain single-thread path; any other
+               value starts a thread pool on every call)
+  bm25s_pool   the same with ``n_threads=1``, as earlier rounds of this benchmark ran it (a thread pool
+               started per call): kept so older figures can be compared
+  raw          our InvertedIndex.search on pre-tokenised queries
   search       HybridRetriever.search (tokenising, filters, RRF, RetrievalResult objects)
   retrieve     NarrativeIndex.retrieve (store change-log check, glossary multi-query)
   snippets     NarrativeIndexRetriever.retrieve: the whole retrieval pipeline (ragspine.retrieval.pipeline:
                request, route, channels, exit #2, snippet dicts with provenance, final exit, report)
 
-Rounds are interleaved (round 1 of every stage, then round 2, ...) and the best round per stage is kept, so
-a machine whose load changes during the run biases every stage alike.
+Rounds alternate: each round times every stage once over all queries, back to back, and each stage's
+ratio to bm25s is taken within its round. The figures are the median over rounds of those per-round
+ratios (and of each stage's q/s), so load from other processes on a shared machine hits ours and the peer
+alike. Process CPU time is the default clock (with one thread it equals wall time on an idle machine);
+``--clock wall`` measures elapsed time. The load average is printed at the start and the end.
 
-Usage: python bench/retrieve.py [--data ../shared/data/scifact] [--mode bm25|hybrid] [--json]
+Usage: python bench/retrieve.py [--data ../shared/data/scifact] [--mode bm25|hybrid] [--rounds 15]
+       [--clock cpu|wall] [--json]
 """
 
 from __future__ import annotations
 
-import os
+import sys
+from pathlib import Path
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import dataset_dir, load_beir, pin_single_thread
+
+pin_single_thread()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-from ragspine.eval.beir import load_beir  # noqa: E402
 from ragspine.eval.harness import ingest_dataset  # noqa: E402
 from ragspine.retrieval.assembly import assemble_index  # noqa: E402
 from ragspine.retrieval.chunking.chunk_store import ChunkStore  # noqa: E402
@@ -36,45 +47,58 @@ from ragspine.retrieval.lexical.tokenizer import tokenize  # noqa: E402
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "scifact"
-
+STAGES = ("bm25s", "bm25s_pool", "raw", "search", "retrieve", "snippets")
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+TOP = 100
 
 Stage = Callable[[str, list[str]], object]
 
 
-def _qps_interleaved(
-    stages: dict[str, Stage], queries: Sequence[tuple[str, list[str]]], rounds: int
-) -> dict[str, float]:
-    """Best queries/s per stage over ``rounds`` rounds, one round of every stage after the other."""
-    best = dict.fromkeys(stages, 0.0)
+def interleaved_rounds(
+    stages: dict[str, Stage],
+    queries: Sequence[tuple[str, list[str]]],
+    rounds: int,
+    clock: Callable[[], float],
+) -> list[dict[str, float]]:
+    """Queries/s of every stage in each round; within a round the stages run one after the other."""
+    out = []
     for _ in range(rounds):
+        qps: dict[str, float] = {}
         for name, fn in stages.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             for text, tokens in queries:
                 fn(text, tokens)
-            best[name] = max(best[name], len(queries) / (time.perf_counter() - t0))
-    return best
+            qps[name] = len(queries) / max(clock() - t0, 1e-9)
+        out.append(qps)
+    return out
+
+
+def summarise(per_round: list[dict[str, float]], peer: str = "bm25s") -> dict[str, float]:
+    """Median q/s per stage, and the median of each stage's per-round ratio to ``peer``."""
+    figures: dict[str, float] = {}
+    for name in per_round[0]:
+        figures[f"{name}_qps"] = statistics.median(r[name] for r in per_round)
+        ratios = [r[name] / r[peer] for r in per_round]
+        figures[f"{name}_ratio"] = statistics.median(ratios)
+        figures[f"{name}_ratio_min"] = min(ratios)
+        figures[f"{name}_ratio_max"] = max(ratios)
+        if "bm25s_pool" in per_round[0]:
+            figures[f"{name}_vs_pool"] = statistics.median(r[name] / r["bm25s_pool"] for r in per_round)
+    return figures
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--mode", default="bm25", help="retrieval mode for the retrieve/snippet stages")
-    ap.add_argument("--rounds", type=int, default=3, help="timing rounds per stage (best is kept)")
+    ap.add_argument("--data", default="scifact", help="BEIR folder or a name under ../shared/data")
+    ap.add_argument("--mode", default="bm25", help="retrieval mode for the search/retrieve/snippet stages")
+    ap.add_argument("--rounds", type=int, default=15, help="alternating rounds (medians are reported)")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     args = ap.parse_args()
-    if not args.data.is_dir():
-        raise SystemExit(
-            f"no dataset at {args.data}; pass --data (BEIR folder) or place ../shared/data beside the repo"
-        )
-
-    dataset = load_beir(args.data)
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
+    dataset = load_beir(dataset_dir(args.data))
     queries = [(text, tokenize(text)) for _, text in dataset.judged_queries()]
-    figures: dict[str, float | str | int] = {
-        "dataset": dataset.name,
-        "mode": args.mode,
-        "queries": len(queries),
-    }
 
     import bm25s  # benchmark-only peer
 
@@ -86,39 +110,59 @@ def main() -> int:
     peer_queries = {text: [vocab[t] for t in tokens if t in vocab] or [0] for text, tokens in queries}
 
     def peer_search(text: str, _tokens: list[str]) -> object:
-        return peer.retrieve([peer_queries[text]], k=100, show_progress=False, n_threads=1)
+        return peer.retrieve([peer_queries[text]], k=TOP, show_progress=False, n_threads=0)
 
+    def peer_pool_search(text: str, _tokens: list[str]) -> object:
+        return peer.retrieve([peer_queries[text]], k=TOP, show_progress=False, n_threads=1)
+
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, ChunkStore(Path(tmp) / "bench.db") as store:
         store.init_schema()
         index = assemble_index(store, Settings(retrieval_mode=args.mode), max_chars=1_000_000)
-        figures["ingest_docs_per_s"] = ingest_dataset(index, dataset)
+        ingest_docs_per_s = ingest_dataset(index, dataset)
         lex = index.retriever._lex
         link = NarrativeIndexRetriever(index)
         stages: dict[str, Stage] = {
             "bm25s": peer_search,
-            "raw": lambda _q, toks: lex.search(toks, 100),
-            "search": lambda q, _t: index.retriever.search(q, top_k=100),
-            "retrieve": lambda q, _t: index.retrieve(q, top_k=100),
-            "snippets": lambda q, _t: link.retrieve(q, top_k=100),
+            "bm25s_pool": peer_pool_search,
+            "raw": lambda _q, toks: lex.search(toks, TOP),
+            "search": lambda q, _t: index.retriever.search(q, top_k=TOP),
+            "retrieve": lambda q, _t: index.retrieve(q, top_k=TOP),
+            "snippets": lambda q, _t: link.retrieve(q, top_k=TOP),
         }
         for _ in range(2):  # warm-up: caches, first-call costs of every stage
             for fn in stages.values():
                 for text, tokens in queries[:50]:
                     fn(text, tokens)
-        for name, qps in _qps_interleaved(stages, queries, args.rounds).items():
-            figures[f"{name}_qps"] = qps
+        per_round = interleaved_rounds(stages, queries, args.rounds, CLOCKS[args.clock])
+    figures: dict[str, float | str | int] = {
+        "dataset": dataset.name,
+        "mode": args.mode,
+        "queries": len(queries),
+        "rounds": args.rounds,
+        "clock": args.clock,
+        "load_start": round(load_start, 2),
+        "load_end": round(os.getloadavg()[0], 2),
+        "ingest_docs_per_s": ingest_docs_per_s,
+        **summarise(per_round),
+    }
 
     if args.json:
         print(json.dumps(figures, sort_keys=True))
         return 0
-    peer_qps = float(figures["bm25s_qps"])
     print(
-        f"{dataset.name}: {len(queries)} queries, mode {args.mode}, top-100, 1 thread (best of {args.rounds})"
+        f"{dataset.name}: {len(queries)} queries, mode {args.mode}, top-{TOP}, 1 thread, {args.clock} clock, "
+        f"median of {args.rounds} alternating rounds; load average {figures['load_start']} -> "
+        f"{figures['load_end']}"
     )
-    print(f"{'stage':<10} {'queries/s':>10} {'vs bm25s':>9}")
-    for stage in ("bm25s", "raw", "search", "retrieve", "snippets"):
-        qps = float(figures[f"{stage}_qps"])
-        print(f"{stage:<10} {qps:>10.0f} {qps / peer_qps:>8.2f}x")
+    header = f"{'stage':<10} {'queries/s':>10} {'vs bm25s':>9} {'(min-max over rounds)':>22}"
+    print(f"{header} {'vs bm25s_pool':>14}")
+    for stage in STAGES:
+        print(
+            f"{stage:<10} {float(figures[f'{stage}_qps']):>10.0f} {float(figures[f'{stage}_ratio']):>8.2f}x"
+            f"   {float(figures[f'{stage}_ratio_min']):>9.2f}-{float(figures[f'{stage}_ratio_max']):.2f}x"
+            f" {float(figures[f'{stage}_vs_pool']):>13.2f}x"
+        )
     print(f"ingest {float(figures['ingest_docs_per_s']):.0f} docs/s (chunk, store in SQLite, index)")
     return 0
 

@@ -24,6 +24,12 @@ _TRACER_NAME = "ragspine"
 _TRACER: Any = _trace.get_tracer(_TRACER_NAME) if _trace is not None else None
 
 
+def tracing_active() -> bool:
+    """True when the current request is traced (a provider is set up and the request is sampled): callers
+    that open many spans check this once and skip ``stage_span`` altogether when it is False."""
+    return _trace is not None and _trace.get_current_span().is_recording()
+
+
 @contextmanager
 def stage_span(name: str, **attributes: Any) -> Iterator[Any]:
     """A span named ``ragspine.<name>`` around one pipeline stage (attributes: str / int / float / bool),

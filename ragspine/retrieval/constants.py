@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ragspine.common.sensitivity import RESTRICTED, is_blank_label, normalize_label
+import functools
+
+from ragspine.common.sensitivity import MAX_LABEL_CHARS, RESTRICTED, is_blank_label, normalize_label
 
 DEFAULT_TOP_K = 50
 DEFAULT_TOP_N = 10
@@ -22,7 +24,19 @@ def is_restricted(sensitivity: object) -> bool:
     every label outside the closed set (``"SECRET"``, a non-string) count as RESTRICTED; see
     ``ragspine.common.sensitivity``.
     """
+    if type(sensitivity) is str and len(sensitivity) <= MAX_LABEL_CHARS:
+        # The exits ask once per result: a short plain string's answer is memoised.
+        return _restricted_str(sensitivity)
+    return _restricted(sensitivity)
+
+
+def _restricted(sensitivity: object) -> bool:
     level = normalize_label(sensitivity)
     if level is not None:
         return level == RESTRICTED
     return not is_blank_label(sensitivity)
+
+
+@functools.lru_cache(maxsize=1024)
+def _restricted_str(sensitivity: str) -> bool:
+    return _restricted(sensitivity)

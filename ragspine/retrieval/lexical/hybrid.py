@@ -405,9 +405,12 @@ class HybridRetriever:
         report = SearchReport(results=[])
         t0 = time.perf_counter()
         variants = self._variants(query)
-        language = query_language(query)
-        use_dense = self.embedding_backend is not None and reads_language(self.embedding_backend, language)
-        use_sparse = self.sparse_encoder is not None and reads_language(self.sparse_encoder, language)
+        use_dense = use_sparse = False
+        if self.embedding_backend is not None or self.sparse_encoder is not None:
+            language = query_language(query)
+            dense, sparse_encoder = self.embedding_backend, self.sparse_encoder
+            use_dense = dense is not None and reads_language(dense, language)
+            use_sparse = sparse_encoder is not None and reads_language(sparse_encoder, language)
         if self.embedding_backend is not None and not use_dense:
             report.skipped.append(f"embedding (model does not read {language})")
         if self.sparse_encoder is not None and not use_sparse:
@@ -446,21 +449,26 @@ class HybridRetriever:
                 return report
             allowed = None if candidates is None else self._lex.mask(candidates)
             t1 = time.perf_counter()
-            rankings: list[list[str]] = []
-            bm25: dict[str, float] = {}
+            # (chunk ids, scores) per query variant; the dense and sparse rankings follow them.
+            lex_search = self._lex.search_columns
+            lexical: list[tuple[list[str], list[float]]] = []
+            # Raw BM25 scores of chunks that document evidence ranked out of a variant's top k.
+            outranked: dict[str, float] = {}
             for variant in variants:
                 tokens = tokenize(variant)
-                hits = self._lex.search(tokens, k, allowed=allowed)
+                keys, scores = lex_search(tokens, k, allowed=allowed)
                 if self._docs is not None:
+                    pairs = list(zip(keys, scores, strict=True))
                     hits, ranked = self._docs.rerank(
-                        self._lex, tokens, hits, self._chunks, candidates, k, self.doc_weight
+                        self._lex, tokens, pairs, self._chunks, candidates, k, self.doc_weight
                     )
-                    rankings.append(ranked)
-                else:
-                    rankings.append([cid for cid, _ in hits])
-                for cid, score in hits:
-                    if score > bm25.get(cid, -math.inf):
-                        bm25[cid] = score
+                    raw = dict(hits)
+                    keys, scores = ranked, [raw[cid] for cid in ranked]
+                    for cid, score in hits:
+                        if score > outranked.get(cid, -math.inf):
+                            outranked[cid] = score
+                lexical.append((keys, scores))
+            rankings: list[list[str]] = []
             report.timings_ms["lexical"] = (time.perf_counter() - t1) * 1000.0
             vector: dict[str, float] = {}
             if use_dense:
@@ -488,25 +496,41 @@ class HybridRetriever:
                 report.timings_ms["sparse"] = sparse_ms + (time.perf_counter() - t3) * 1000.0
             report.pending = self._pending_in(candidates, dense=use_dense, sparse=use_sparse)
             report.partial = report.pending > 0
-            if len(rankings) == 1 and len(set(rankings[0])) == len(rankings[0]):
-                # One ranking of distinct ids: its RRF scores fall strictly with rank, so fusing and
-                # sorting would only reproduce it. Same scores as rrf_fuse (1.0 / (k + rank)).
-                order = [(cid, 1.0 / (self.rrf_k + rank)) for rank, cid in enumerate(rankings[0][:k], 1)]
-            else:
-                fused = rrf_fuse(rankings, k=self.rrf_k)
-                order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
             chunks = self._chunks
             make = RetrievalResult.of
-            report.results = [
-                make(
-                    chunks[cid],
-                    bm25.get(cid, 0.0),
-                    vector.get(cid, 0.0),
-                    score,
-                    None if sparse is None else sparse.get(cid, 0.0),
+            if not rankings and len(lexical) == 1:
+                # Lexical only, one variant: the index's keys are distinct, so their RRF scores fall
+                # strictly with rank and fusing and sorting would only reproduce the ranking. Same scores
+                # as rrf_fuse (1.0 / (k + rank)); nothing else ranked a chunk, so its vector score is 0.0
+                # and its sparse score (when an encoder is set) 0.0.
+                keys, scores = lexical[0]
+                no_sparse = None if sparse is None else 0.0
+                report.results = RetrievalResult.ranked(
+                    list(map(chunks.__getitem__, keys[:k])), scores[:k], self.rrf_k, no_sparse
                 )
-                for cid, score in order
-            ]
+            else:
+                bm25: dict[str, float] = dict(outranked)
+                for keys, scores in lexical:
+                    for cid, score in zip(keys, scores, strict=True):
+                        if score > bm25.get(cid, -math.inf):
+                            bm25[cid] = score
+                rankings[:0] = [list(keys) for keys, _ in lexical]
+                if len(rankings) == 1 and len(set(rankings[0])) == len(rankings[0]):
+                    # One ranking of distinct ids: as above, its order is already the fused order.
+                    order = [(cid, 1.0 / (self.rrf_k + rank)) for rank, cid in enumerate(rankings[0][:k], 1)]
+                else:
+                    fused = rrf_fuse(rankings, k=self.rrf_k)
+                    order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+                report.results = [
+                    make(
+                        chunks[cid],
+                        bm25.get(cid, 0.0),
+                        vector.get(cid, 0.0),
+                        score,
+                        None if sparse is None else sparse.get(cid, 0.0),
+                    )
+                    for cid, score in order
+                ]
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
         return report
 

@@ -518,11 +518,22 @@ class InvertedIndex:
         Raises ``ValueError`` when ``k`` is negative or not an int, when ``query_tokens`` is a string,
         or when ``allowed`` is not a bool array of length ``capacity``.
         """
+        keys, scores = self.search_columns(query_tokens, k, allowed=allowed)
+        return list(zip(keys, scores, strict=True))
+
+    def search_columns(
+        self,
+        query_tokens: Sequence[str],
+        k: int | None = None,
+        *,
+        allowed: np.ndarray | None = None,
+    ) -> tuple[list[str], list[float]]:
+        """``search`` as two lists, keys and their scores (same order, same errors), without the pairs."""
         if k is not None and (not isinstance(k, int | np.integer) or isinstance(k, bool) or k < 0):
             raise ValueError(f"k must be None or an integer >= 0, got {k!r}")
         scored = self._scores(_validate_query(query_tokens), allowed)
         if scored is None or k == 0:
-            return []
+            return [], []
         return self._top(*scored, None if k is None else int(k))
 
     def score_keys(self, query_tokens: Sequence[str], keys: Sequence[str]) -> list[float]:
@@ -748,21 +759,23 @@ class InvertedIndex:
 
     def _top(
         self, scores: np.ndarray, term_slots: list[np.ndarray], k: int | None
-    ) -> list[tuple[str, float]]:
-        """``(key, score)`` of the best ``k`` positive scores (all when None), ordered by (-score, key)."""
+    ) -> tuple[list[str], list[float]]:
+        """Keys and scores of the best ``k`` positive scores (all when None), ordered by (-score, key)."""
         if k is not None and k < scores.shape[0]:
             candidates = self._top_candidates(scores, term_slots, k)
         else:
-            candidates = np.flatnonzero(scores > 0.0)
+            candidates = (scores > 0.0).nonzero()[0]
         values = scores[candidates]
         order = np.argsort(-values, kind="stable")
         values = values[order]
         found: list[str] = self._slot_key[candidates[order]].tolist()
+        top: list[float] = values.tolist()
         if values.shape[0] > 1 and (values[1:] == values[:-1]).any():
-            pairs = sorted(zip(found, values.tolist(), strict=True), key=lambda pair: (-pair[1], pair[0]))
-        else:
-            pairs = list(zip(found, values.tolist(), strict=True))
-        return pairs[:k] if k is not None else pairs
+            pairs = sorted(zip(found, top, strict=True), key=lambda pair: (-pair[1], pair[0]))
+            found, top = [key for key, _ in pairs], [score for _, score in pairs]
+        if k is not None and len(found) > k:
+            return found[:k], top[:k]
+        return found, top
 
     @staticmethod
     def _top_candidates(scores: np.ndarray, term_slots: list[np.ndarray], k: int) -> np.ndarray:
@@ -775,11 +788,12 @@ class InvertedIndex:
         """
         probe = min((slots for slots in term_slots if slots.shape[0] >= k), key=len, default=None)
         if probe is not None:
-            probe_scores = scores[probe]  # one term's slots are distinct
-            floor = np.partition(probe_scores, probe_scores.shape[0] - k)[probe_scores.shape[0] - k]
-            candidates = np.flatnonzero(scores >= floor)
+            probe_scores = scores[probe]  # one term's slots are distinct; a fresh array, partitioned in place
+            kth = probe_scores.shape[0] - k
+            probe_scores.partition(kth)
+            candidates = (scores >= probe_scores[kth]).nonzero()[0]
         else:
-            candidates = np.flatnonzero(scores > 0.0)
+            candidates = (scores > 0.0).nonzero()[0]
         if candidates.shape[0] > k:
             values = scores[candidates]
             kth = np.partition(values, values.shape[0] - k)[values.shape[0] - k]

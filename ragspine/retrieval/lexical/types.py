@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -68,3 +69,31 @@ class RetrievalResult:
         fields["sparse_score"] = sparse_score
         fields["rerank_score"] = rerank_score
         return result
+
+    @classmethod
+    def ranked(
+        cls,
+        chunks: Sequence[Chunk],
+        bm25_scores: Sequence[float],
+        rrf_k: int,
+        sparse_score: float | None = None,
+    ) -> list[RetrievalResult]:
+        """The results of one ranking on its own: chunk ``i`` (0-based) gets ``bm25_scores[i]``, vector score
+        0.0, fused score ``1.0 / (rrf_k + i + 1)`` (its RRF score as the only ranking) and ``sparse_score``.
+        Equal to ``of`` called per chunk, in one loop (retrievers build a hundred per query)."""
+        new = object.__new__
+        out: list[RetrievalResult] = []
+        append = out.append
+        rank = rrf_k
+        for chunk, bm25_score in zip(chunks, bm25_scores, strict=True):
+            rank += 1
+            result = new(cls)
+            fields = result.__dict__
+            fields["chunk"] = chunk
+            fields["bm25_score"] = bm25_score
+            fields["vector_score"] = 0.0
+            fields["fused_score"] = 1.0 / rank
+            fields["sparse_score"] = sparse_score
+            fields["rerank_score"] = None
+            append(result)
+        return out

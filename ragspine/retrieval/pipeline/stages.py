@@ -181,9 +181,10 @@ class TextChannelStage:
         t0 = time.perf_counter()
         # RESTRICTED exit #2: dropped before any snippet dict is produced.
         snippets = snippets_of(report.results, library_id=source.library_id or None)
-        if not is_off(request.expansion):
+        if not is_off(request.expansion) and any(s["parent_locator"] for s in snippets):
             # A child of a structural chunker brings its parent or window as prompt_text (never a
-            # RESTRICTED one); snippets of the default chunker pass through untouched.
+            # RESTRICTED one); snippets of the default chunker (no parent_locator) pass through untouched,
+            # so they skip the step (which would only copy them).
             store = getattr(source, "expansion_store", None) or getattr(index, "store", None)
             if store is not None:
                 snippets = expand_child_hits(snippets, store, mode=request.expansion)
@@ -260,7 +261,7 @@ class RestrictedExitStage:
 
     def run(self, state: PipelineState) -> None:
         snippets = state.snippets
-        if not any(is_restricted(s.get("sensitivity", "")) for s in snippets):
+        if not _any_restricted(snippets):
             return
         safe = [s for s in snippets if not is_restricted(s.get("sensitivity", ""))]
         state.restricted_dropped += len(snippets) - len(safe)
@@ -268,6 +269,21 @@ class RestrictedExitStage:
             "%d RESTRICTED snippet(s) reached the pipeline's final exit; dropped", len(snippets) - len(safe)
         )
         state.snippets = safe
+
+
+def _any_restricted(snippets: Sequence[dict[str, Any]]) -> bool:
+    """True when some snippet's ``sensitivity`` label is RESTRICTED (or unknown). A plain label string
+    already found open is not checked again for the next snippet (snippets mostly share one label)."""
+    open_label: str | None = None
+    for snippet in snippets:
+        label = snippet.get("sensitivity", "")
+        if type(label) is str and label == open_label:
+            continue
+        if is_restricted(label):
+            return True
+        if type(label) is str:
+            open_label = label
+    return False
 
 
 class PostprocessStage:
