@@ -24,6 +24,7 @@ from ragspine_client import (
     MetaDate,
     NotFound,
     PermissionDenied,
+    QueryStages,
     RetrievalClient,
     RetryPolicy,
     ServerUnavailable,
@@ -242,3 +243,49 @@ def test_async_client(make_front) -> None:
                 await nobody.info()
 
     asyncio.run(run())
+
+
+def test_query_stage_options_and_min_relevance_reach_the_server(make_front) -> None:
+    front = make_front()
+    with RetrievalClient(front.address, timeout_s=10) as client:
+        client.ingest("lib", DOCS)
+        plain = client.retrieve("battery board", libraries=["lib"], top_k=5, min_relevance=0.0)
+        assert plain.stages == [] and len(plain.snippets) == 2
+        staged = client.retrieve(
+            "battery board",
+            libraries=["lib"],
+            top_k=5,
+            min_relevance=0.0,
+            stages=QueryStages(postprocessor="mmr,lost_in_middle"),
+        )
+        [report] = staged.stages
+        assert (report.stage, report.steps, report.degraded) == (
+            "postprocess",
+            ["mmr", "lost_in_middle"],
+            False,
+        )
+        assert {s.doc_id for s in staged.snippets} == {s.doc_id for s in plain.snippets}
+        assert staged.to_dict()["stages"][0]["stage"] == "postprocess"
+        # Every relevance is at or below 1: asking for exactly 1.0 keeps none of them, and says so.
+        strict = client.retrieve("battery board", libraries=["lib"], top_k=5, min_relevance=1.0)
+        assert strict.snippets == [] and strict.below_min_relevance == len(plain.snippets)
+        with pytest.raises(InvalidArgument, match="postprocessor"):
+            client.retrieve("battery", stages=QueryStages(postprocessor="telepathy"))
+        with pytest.raises(ValueError, match="min_relevance"):
+            client.retrieve("battery", min_relevance=1.5)
+        with pytest.raises(ValueError, match=r"QueryStages\.judge"):
+            QueryStages(judge=1)  # type: ignore[arg-type]
+
+
+def test_async_client_sends_query_stages(make_front) -> None:
+    front = make_front()
+
+    async def run() -> list[str]:
+        async with AsyncRetrievalClient(front.address, timeout_s=10) as client:
+            await client.ingest("lib", DOCS)
+            answer = await client.retrieve(
+                "battery", libraries=["lib"], stages=QueryStages(postprocessor="mmr"), min_relevance=0.0
+            )
+            return [r.stage for r in answer.stages]
+
+    assert asyncio.run(run()) == ["postprocess"]

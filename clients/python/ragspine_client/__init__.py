@@ -31,10 +31,13 @@ from ragspine_client.types import (
     IngestResult,
     Library,
     MetaDate,
+    QueryStages,
     RetrieveResult,
     Scores,
     ServerInfo,
     Snippet,
+    StageAction,
+    StageReport,
     to_dict,
 )
 
@@ -53,6 +56,7 @@ __all__ = [
     "MetaDate",
     "NotFound",
     "PermissionDenied",
+    "QueryStages",
     "RagspineError",
     "ResourceExhausted",
     "RetrievalClient",
@@ -62,6 +66,8 @@ __all__ = [
     "ServerInfo",
     "ServerUnavailable",
     "Snippet",
+    "StageAction",
+    "StageReport",
     "Unauthenticated",
     "to_dict",
 ]

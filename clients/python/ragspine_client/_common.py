@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from ragspine_client._gen import retrieval_pb2 as pb
-from ragspine_client.types import Filter
+from ragspine_client.types import Filter, QueryStages
 
 MODES = {
     "default": pb.RETRIEVAL_MODE_UNSPECIFIED,
@@ -126,7 +126,14 @@ def retrieve_request(
     reranker: str = "",
     rerank_top_n: int = 0,
     min_relevance: float | None = None,
+    stages: QueryStages | None = None,
 ) -> pb.RetrieveRequest:
+    if stages is not None and not isinstance(stages, QueryStages):
+        raise ValueError(f"stages must be a QueryStages, got {type(stages).__name__}")
+    if min_relevance is not None and not (
+        isinstance(min_relevance, int | float) and 0.0 <= min_relevance <= 1.0
+    ):
+        raise ValueError(f"min_relevance must be between 0 and 1, got {min_relevance!r}")
     if combine.lower() not in ("and", "or"):
         raise ValueError(f"combine must be 'and' or 'or', got {combine!r}")
     if mode not in MODES:
@@ -141,6 +148,7 @@ def retrieve_request(
         reranker=reranker,
         rerank_top_n=rerank_top_n,
         min_relevance=min_relevance,
+        **(stages.fields() if stages is not None else {}),
     )
 
 

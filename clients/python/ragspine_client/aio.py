@@ -16,7 +16,15 @@ from ragspine_client._common import RetryPolicy, call_metadata, open_channel, re
 from ragspine_client._gen import retrieval_pb2 as pb
 from ragspine_client._gen import retrieval_pb2_grpc
 from ragspine_client.errors import DeadlineExceeded, from_rpc_error
-from ragspine_client.types import Document, Filter, IngestResult, Library, RetrieveResult, ServerInfo
+from ragspine_client.types import (
+    Document,
+    Filter,
+    IngestResult,
+    Library,
+    QueryStages,
+    RetrieveResult,
+    ServerInfo,
+)
 
 
 class AsyncRetrievalClient:
@@ -87,6 +95,7 @@ class AsyncRetrievalClient:
         reranker: str = "",
         rerank_top_n: int = 0,
         min_relevance: float | None = None,
+        stages: QueryStages | None = None,
         timeout_s: float | None = None,
     ) -> RetrieveResult:
         request = retrieve_request(
@@ -99,6 +108,7 @@ class AsyncRetrievalClient:
             reranker=reranker,
             rerank_top_n=rerank_top_n,
             min_relevance=min_relevance,
+            stages=stages,
         )
         return RetrieveResult.from_proto(await self._call(self._stub.Retrieve, request, timeout_s))
 

@@ -20,7 +20,15 @@ from ragspine_client._common import (
 from ragspine_client._gen import retrieval_pb2 as pb
 from ragspine_client._gen import retrieval_pb2_grpc
 from ragspine_client.errors import DeadlineExceeded, from_rpc_error
-from ragspine_client.types import Document, Filter, IngestResult, Library, RetrieveResult, ServerInfo
+from ragspine_client.types import (
+    Document,
+    Filter,
+    IngestResult,
+    Library,
+    QueryStages,
+    RetrieveResult,
+    ServerInfo,
+)
 
 T = TypeVar("T")
 
@@ -107,6 +115,7 @@ class RetrievalClient:
         reranker: str = "",
         rerank_top_n: int = 0,
         min_relevance: float | None = None,
+        stages: QueryStages | None = None,
         timeout_s: float | None = None,
     ) -> RetrieveResult:
         """Snippets answering ``query`` from ``libraries`` (default: all the token may read)."""
@@ -120,6 +129,7 @@ class RetrievalClient:
             reranker=reranker,
             rerank_top_n=rerank_top_n,
             min_relevance=min_relevance,
+            stages=stages,
         )
         return RetrieveResult.from_proto(self._call(self._stub.Retrieve, lambda: request, timeout_s))
 

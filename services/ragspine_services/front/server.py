@@ -156,7 +156,7 @@ def start_front(
         from ragspine_services.front.http import build_app, start_http
 
         running.http = start_http(
-            build_app(servicer, authenticator),
+            build_app(servicer, authenticator, parts.structured),
             host=settings.host if host is None else host,
             port=max(wanted, 0),
             tls_cert_file=settings.tls_cert_file,

@@ -1,4 +1,5 @@
-"""The Starlette application: Dify ``/retrieval``, REST routes for every RetrievalService RPC, OpenAPI.
+"""The Starlette application: Dify ``/retrieval``, REST routes for every RetrievalService and
+StructuredService RPC, OpenAPI.
 
 REST bodies and answers are the proto3 JSON mapping of the RPC's request and response messages with the
 proto's own snake_case field names (``google.protobuf.json_format`` with ``preserving_proto_field_name``);
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -30,20 +30,8 @@ from ragspine_services.common.auth import Authenticator, OpenAuthenticator
 from ragspine_services.front.http import dify
 from ragspine_services.front.http.calls import CallError, invoke, parse_timeout
 from ragspine_services.front.http.openapi import openapi_document
-
-
-@dataclass(frozen=True)
-class RestRoute:
-    """One REST route: its path, HTTP methods, the RPC it calls and that RPC's message types."""
-
-    path: str
-    methods: tuple[str, ...]
-    rpc: str
-    request_type: type[Message]
-    response_type: type[Message]
-    body: str = "json"  # json | ndjson (one request message per line) | multipart | none
-    summary: str = ""
-
+from ragspine_services.front.http.routes import RestRoute
+from ragspine_services.front.http.structured import STRUCTURED_ROUTES, STRUCTURED_SERVICE
 
 REST_ROUTES: tuple[RestRoute, ...] = (
     RestRoute(
@@ -179,12 +167,21 @@ async def _upload(request: Request) -> Message:
     return retrieval_pb2.IngestRequest(library=library, documents=documents)
 
 
-def build_app(servicer: Any, authenticator: Authenticator | None = None) -> Starlette:
-    """The HTTP application over ``servicer`` (a ``RetrievalServicer``) and the gRPC tier's authenticator."""
+def served_routes(structured: bool) -> tuple[RestRoute, ...]:
+    """The REST routes of an app with (or without) the StructuredService."""
+    return REST_ROUTES + (STRUCTURED_ROUTES if structured else ())
+
+
+def build_app(servicer: Any, authenticator: Authenticator | None = None, structured: Any = None) -> Starlette:
+    """The HTTP application over ``servicer`` (a ``RetrievalServicer``), ``structured`` (a
+    ``StructuredServicer``, or None when the front serves no structured channel) and the gRPC tier's
+    authenticator."""
     auth = authenticator or OpenAuthenticator()
+    rest_routes = served_routes(structured is not None)
 
     def rest_endpoint(route: RestRoute) -> Callable[[Request], Any]:
-        method = getattr(servicer, route.rpc)
+        target = structured if route.service == STRUCTURED_SERVICE else servicer
+        method = getattr(target, route.rpc)
 
         async def endpoint(request: Request) -> Response:
             try:
@@ -199,7 +196,7 @@ def build_app(servicer: Any, authenticator: Authenticator | None = None) -> Star
                 else:
                     message = route.request_type()
                 result = await run_in_threadpool(
-                    invoke, auth, route.rpc, method, message, request.headers, deadline
+                    invoke, auth, route.rpc, method, message, request.headers, deadline, route.service
                 )
             except CallError as exc:
                 return _error(exc)
@@ -232,12 +229,12 @@ def build_app(servicer: Any, authenticator: Authenticator | None = None) -> Star
         return JSONResponse(dify.records(response, retrieve.min_relevance))
 
     async def openapi(request: Request) -> Response:
-        return JSONResponse(openapi_document(REST_ROUTES, DIFY_PATH))
+        return JSONResponse(openapi_document(rest_routes, DIFY_PATH))
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "SERVING"})
 
-    routes = [Route(r.path, rest_endpoint(r), methods=list(r.methods)) for r in REST_ROUTES]
+    routes = [Route(r.path, rest_endpoint(r), methods=list(r.methods)) for r in rest_routes]
     routes += [
         Route(DIFY_PATH, dify_retrieval, methods=["POST"]),
         Route("/openapi.json", openapi, methods=["GET"]),
