@@ -131,6 +131,7 @@ def start_front(
         remote_worker=parts.worker is not None,
         query_stages=QueryStageMenu.from_settings(settings, provider=make_llm_provider(settings=settings)),
         min_relevance=settings.min_relevance,
+        min_answer_relevance=settings.min_answer_relevance,
     )
     structured = parts.structured
 
