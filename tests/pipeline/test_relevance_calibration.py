@@ -124,3 +124,16 @@ def test_gate_is_checked() -> None:
     for bad in (-0.1, 1.01, math.nan):
         with pytest.raises(ValueError, match="min_answer_relevance must be between 0 and 1"):
             RelevanceStage(min_answer_relevance=bad)
+
+
+def test_a_raptor_summary_is_scored_by_its_cosine_and_its_words() -> None:
+    from ragspine.retrieval.pipeline import calibrated_relevance
+
+    assert calibrated_relevance({"raptor": 0.8}) == pytest.approx(1.0)
+    assert calibrated_relevance({"raptor": 0.1}, coverage=0.5) == 0.5
+    assert calibrated_relevance({"raptor": 0.1}, coverage=0.0) == 0.0
+    summary = {"text": "Battery swaps take two minutes.", "scores": {"raptor": 0.05}}
+    request = RetrieveRequest("battery swap minutes")
+    state = PipelineState(request=request, query=request.query, sources=[], snippets=[summary])
+    RelevanceStage(min_answer_relevance=0.5).run(state)
+    assert [s["relevance"] for s in state.snippets] == [pytest.approx(2 / 3, abs=1e-6)]  # "swap" ≠ "swaps"

@@ -11,7 +11,8 @@ Raw fused scores (RRF) only order one answer; they say nothing about whether the
   out of five content words is weak evidence; all of a query's words, however common, are full evidence.
   Without the library's statistics (an external index) every term weighs the same. 0 when BM25 found no
   query term. Dense: ``clip((cosine - DENSE_FLOOR) / DENSE_SPAN, 0, 1)`` (cosines at or below the floor
-  are what unrelated texts score with sentence embedders); sparse counts as lexical.
+  are what unrelated texts score with sentence embedders); sparse counts as lexical. A RAPTOR summary
+  (``raptor`` score: its cosine) gets both: dense from that cosine, lexical from its text.
   A page-channel (visual) snippet without text evidence keeps its rank's share: ``1 / (1 + rank)`` of its
   MaxSim-ordered list, scaled by 0.5 so that it never outranks text evidence by calibration alone.
 
@@ -127,8 +128,10 @@ def calibrated_relevance(scores: Mapping[str, Any], *, rank: int = 0, coverage: 
     if rerank is not None:
         return _clip01(_sigmoid(float(rerank)))
     lexical = max(float(scores.get("bm25") or 0.0), float(scores.get("sparse") or 0.0))
-    lex = coverage if lexical > 0 else 0.0
-    dense = _clip01((float(scores.get("vector") or 0.0) - DENSE_FLOOR) / DENSE_SPAN)
+    summary = scores.get("raptor")  # a RAPTOR summary: cosine under the library's embedder, no BM25
+    lex = coverage if lexical > 0 or summary is not None else 0.0
+    cosine = max(float(scores.get("vector") or 0.0), float(summary or 0.0))
+    dense = _clip01((cosine - DENSE_FLOOR) / DENSE_SPAN)
     best = max(lex, dense)
     if best == 0.0 and scores.get("visual") is not None:
         return 0.5 / (1.0 + rank)
@@ -165,7 +168,8 @@ class RelevanceStage:
         for rank, snippet in enumerate(state.snippets):
             scores = snippet.get("scores") or {}
             coverage = 1.0
-            if scores.get("rerank") is None and (scores.get("bm25") or scores.get("sparse")):
+            lexical = scores.get("bm25") or scores.get("sparse") or scores.get("raptor") is not None
+            if scores.get("rerank") is None and lexical:
                 library = str(snippet.get("library_id") or "")
                 if library not in weights:
                     weights[library] = library_idf(state, library, terms)
