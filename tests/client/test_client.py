@@ -289,3 +289,44 @@ def test_async_client_sends_query_stages(make_front) -> None:
             return [r.stage for r in answer.stages]
 
     assert asyncio.run(run()) == ["postprocess"]
+
+
+def test_structured_calls(make_front) -> None:
+    from ragspine_client._gen import structured_pb2 as spb
+    from tests.structured.test_structured_grpc import FACTS_CSV
+
+    front = make_front()
+    with RetrievalClient(front.address, timeout_s=10) as client:
+        stored = client.ingest_facts("fin", "q3.csv", FACTS_CSV)
+        assert (stored.source_doc_id, stored.rows_read, stored.facts_written, stored.errors) == (
+            "q3.csv",
+            4,
+            4,
+            [],
+        )
+        found = client.query_metric("fin", "revenue", "hk", "2025Q3")
+        assert (found.state, found.value, found.locator) == ("found", 120.5, "q3.csv!A2")
+        assert "120.5" in found.answer
+        missing = client.query_metric("fin", "营收", "香港", "2024Q3")
+        assert missing.state == "not_found" and missing.value is None and missing.message
+        unknown = client.query_metric("fin", "ebitda", "hk", "2025Q3")
+        assert (unknown.state, unknown.param, unknown.raw_value) == ("unrecognized_param", "metric", "ebitda")
+        rollup = client.call_structured(
+            "GraphRollup",
+            spb.GraphRollupRequest(library_id="fin", parent_entity="集团", metric="营收", period="2025Q3"),
+        )
+        assert rollup.found and rollup.total == 200.5
+        bad = client.ingest_facts("fin", "bad.csv", FACTS_CSV + "营收,火星,2025Q3,1,,\n".encode())
+        assert bad.facts_written == 0 and bad.errors and bad.errors[0].locator.startswith("bad.csv!")
+        with pytest.raises(InvalidArgument, match=r"x\.txt"):
+            client.ingest_facts("fin", "x.txt", b"a")
+        with pytest.raises(ValueError, match="rpc must be one of"):
+            client.call_structured("DropTables", spb.GraphRollupRequest())
+        with pytest.raises(ValueError, match="GraphTraceRequest"):
+            client.call_structured("GraphTrace", spb.GraphRollupRequest())
+
+    async def run() -> str:
+        async with AsyncRetrievalClient(front.address, timeout_s=10) as client:
+            return (await client.query_metric("fin", "revenue", "china", "2025Q3")).state
+
+    assert asyncio.run(run()) == "found"

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from ragspine_client._gen import retrieval_pb2 as pb
+from ragspine_client._gen import structured_pb2 as spb
 from ragspine_client.types import Filter, QueryStages
 
 MODES = {
@@ -95,6 +96,29 @@ def open_channel(
     if creds:
         return channels.secure_channel(address, creds, options=opts)
     return channels.insecure_channel(address, options=opts)
+
+
+STRUCTURED_RPCS = ("CompositeQuery", "GraphRollup", "GraphCompare", "GraphTrace", "GraphNeighbors")
+
+
+def structured_method(stub: Any, rpc: str, request: Any) -> Any:
+    """The stub method of a StructuredService ``rpc`` (``ValueError`` naming the choices otherwise) after
+    checking that ``request`` is that RPC's request message."""
+    if rpc not in STRUCTURED_RPCS:
+        raise ValueError(f"rpc must be one of {', '.join(STRUCTURED_RPCS)}, got {rpc!r}")
+    expected = getattr(spb, f"{rpc}Request")
+    if not isinstance(request, expected):
+        raise ValueError(f"{rpc} takes a structured_pb2.{rpc}Request, got {type(request).__name__}")
+    return getattr(stub, rpc)
+
+
+def metric_request(
+    library: str, metric: str, entity: str, period: str, *, channel: str = "", reference_date: str = ""
+) -> spb.QueryMetricRequest:
+    lookup = spb.MetricLookup(
+        metric=metric, entity=entity, period=period, channel=channel, reference_date=reference_date
+    )
+    return spb.QueryMetricRequest(library_id=library, lookup=lookup)
 
 
 def call_metadata(token: str) -> tuple[tuple[str, str], ...]:

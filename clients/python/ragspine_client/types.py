@@ -408,3 +408,68 @@ class ServerInfo:
 def to_dict(message: Any) -> dict[str, Any]:
     """A wire message in the proto JSON mapping with the proto's snake_case field names."""
     return MessageToDict(message, preserving_proto_field_name=True)
+
+
+@dataclass(frozen=True)
+class FactRowError:
+    """One row of a facts file that did not map onto a fact (``locator``: "facts.csv!A3", "Sheet1!A12")."""
+
+    locator: str
+    message: str
+
+
+@dataclass(frozen=True)
+class FactsIngestResult:
+    """What one facts file gave: all rows or none (any ``errors`` means nothing was written)."""
+
+    source_doc_id: str
+    rows_read: int
+    facts_written: int
+    errors: list[FactRowError]
+    raw: Any = field(repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, m: Any) -> FactsIngestResult:
+        return cls(
+            source_doc_id=m.source_doc_id,
+            rows_read=m.rows_read,
+            facts_written=m.facts_written,
+            errors=[FactRowError(e.locator, e.message) for e in m.errors],
+            raw=m,
+        )
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """A figure lookup in exactly one ``state``: "found" (``value``, ``unit``, ``source_doc``, ``locator``
+    and ``answer``, all from the stored fact), "not_found" (``message``: a fixed refusal, never a number)
+    or "unrecognized_param" (``param`` and the ``raw_value`` outside the vocabularies)."""
+
+    state: str
+    value: float | None = None
+    unit: str = ""
+    source_doc: str = ""
+    locator: str = ""
+    answer: str = ""
+    message: str = ""
+    param: str = ""
+    raw_value: str = ""
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, m: Any) -> MetricResult:
+        state = m.WhichOneof("result") or "not_found"
+        if state == "found":
+            fact = m.found.fact
+            return cls(
+                state,
+                value=fact.value,
+                unit=fact.unit,
+                source_doc=fact.source.doc,
+                locator=fact.source.locator,
+                answer=m.found.answer,
+                raw=m,
+            )
+        if state == "unrecognized_param":
+            return cls(state, param=m.unrecognized_param.param, raw_value=m.unrecognized_param.raw, raw=m)
+        return cls(state, message=m.not_found.message, raw=m)
