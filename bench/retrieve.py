@@ -1,6 +1,6 @@
 """End-to-end retrieve() throughput against bm25s' raw ``retrieve``, on SciFact, one thread, same run.
 
-Stages, each timed over the same judged queries (top 100):
+Stages, each timed over the same judged queries (top 100, or --top N for both sides):
   bm25s        bm25s.BM25.retrieve on pre-tokenised queries (the peer; our tokenizer, k1=1.5, b=0.75,
                Lucene idf), one call per query, ``n_threads=0`` (its plain single-thread path; any other
                value starts a thread pool on every call)
@@ -19,7 +19,7 @@ alike. Process CPU time is the default clock (with one thread it equals wall tim
 ``--clock wall`` measures elapsed time. The load average is printed at the start and the end.
 
 Usage: python bench/retrieve.py [--data ../shared/data/scifact] [--mode bm25|hybrid] [--rounds 15]
-       [--clock cpu|wall] [--json]
+       [--clock cpu|wall] [--top 100] [--json]
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from ragspine.settings import Settings  # noqa: E402
 
 STAGES = ("bm25s", "bm25s_pool", "raw", "search", "retrieve", "snippets")
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
-TOP = 100
+TOP = 100  # default depth: the judged-query evaluations read the top 100
 
 Stage = Callable[[str, list[str]], object]
 
@@ -93,10 +93,14 @@ def main() -> int:
     ap.add_argument("--mode", default="bm25", help="retrieval mode for the search/retrieve/snippet stages")
     ap.add_argument("--rounds", type=int, default=15, help="alternating rounds (medians are reported)")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    ap.add_argument("--top", type=int, default=TOP, help="results per query, both sides")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     args = ap.parse_args()
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
+    if args.top < 1:
+        raise SystemExit("--top must be at least 1")
+    top = args.top
     dataset = load_beir(dataset_dir(args.data))
     queries = [(text, tokenize(text)) for _, text in dataset.judged_queries()]
 
@@ -110,10 +114,10 @@ def main() -> int:
     peer_queries = {text: [vocab[t] for t in tokens if t in vocab] or [0] for text, tokens in queries}
 
     def peer_search(text: str, _tokens: list[str]) -> object:
-        return peer.retrieve([peer_queries[text]], k=TOP, show_progress=False, n_threads=0)
+        return peer.retrieve([peer_queries[text]], k=top, show_progress=False, n_threads=0)
 
     def peer_pool_search(text: str, _tokens: list[str]) -> object:
-        return peer.retrieve([peer_queries[text]], k=TOP, show_progress=False, n_threads=1)
+        return peer.retrieve([peer_queries[text]], k=top, show_progress=False, n_threads=1)
 
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, ChunkStore(Path(tmp) / "bench.db") as store:
@@ -125,10 +129,10 @@ def main() -> int:
         stages: dict[str, Stage] = {
             "bm25s": peer_search,
             "bm25s_pool": peer_pool_search,
-            "raw": lambda _q, toks: lex.search(toks, TOP),
-            "search": lambda q, _t: index.retriever.search(q, top_k=TOP),
-            "retrieve": lambda q, _t: index.retrieve(q, top_k=TOP),
-            "snippets": lambda q, _t: link.retrieve(q, top_k=TOP),
+            "raw": lambda _q, toks: lex.search(toks, top),
+            "search": lambda q, _t: index.retriever.search(q, top_k=top),
+            "retrieve": lambda q, _t: index.retrieve(q, top_k=top),
+            "snippets": lambda q, _t: link.retrieve(q, top_k=top),
         }
         for _ in range(2):  # warm-up: caches, first-call costs of every stage
             for fn in stages.values():
@@ -140,6 +144,7 @@ def main() -> int:
         "mode": args.mode,
         "queries": len(queries),
         "rounds": args.rounds,
+        "top": top,
         "clock": args.clock,
         "load_start": round(load_start, 2),
         "load_end": round(os.getloadavg()[0], 2),
@@ -151,7 +156,7 @@ def main() -> int:
         print(json.dumps(figures, sort_keys=True))
         return 0
     print(
-        f"{dataset.name}: {len(queries)} queries, mode {args.mode}, top-{TOP}, 1 thread, {args.clock} clock, "
+        f"{dataset.name}: {len(queries)} queries, mode {args.mode}, top-{top}, 1 thread, {args.clock} clock, "
         f"median of {args.rounds} alternating rounds; load average {figures['load_start']} -> "
         f"{figures['load_end']}"
     )

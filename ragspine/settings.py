@@ -128,6 +128,9 @@ class Settings:
     metrics_port: int = 0  # 0 = no Prometheus endpoint
     http_port: int = 0  # HTTP face (Dify /retrieval, REST, /openapi.json) on the front's host; 0 = off
     min_relevance: float = 0.0  # Retrieve drops snippets below this relevance unless it sets its own
+    # Retrieve answers nothing when its best snippet's relevance is below this, unless the request sets its
+    # own min_relevance (the pipeline's DEFAULT_MIN_ANSWER_RELEVANCE; bench/relevance.py measures it).
+    min_answer_relevance: float = 0.15
     metrics_host: str = ""  # address the metrics endpoint binds; empty = the same as ``host``
     otlp_endpoint: str = ""  # OpenTelemetry collector (http://host:4317 or https://...); empty = no tracing
     otlp_sample_ratio: float = 1.0  # share of requests traced (the worker follows the front's decision)

@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent.parent / "services" / "ragspine_services" / "_gen"
 TARGET = HERE / "ragspine_client" / "_gen"
-MODULES = ("common_pb2", "retrieval_pb2", "retrieval_pb2_grpc")
+MODULES = ("common_pb2", "retrieval_pb2", "retrieval_pb2_grpc", "structured_pb2", "structured_pb2_grpc")
 HEADER = "# Copied from services/ragspine_services/_gen by clients/python/sync_stubs.py; do not edit.\n"
 
 

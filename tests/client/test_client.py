@@ -24,6 +24,7 @@ from ragspine_client import (
     MetaDate,
     NotFound,
     PermissionDenied,
+    QueryStages,
     RetrievalClient,
     RetryPolicy,
     ServerUnavailable,
@@ -242,3 +243,90 @@ def test_async_client(make_front) -> None:
                 await nobody.info()
 
     asyncio.run(run())
+
+
+def test_query_stage_options_and_min_relevance_reach_the_server(make_front) -> None:
+    front = make_front()
+    with RetrievalClient(front.address, timeout_s=10) as client:
+        client.ingest("lib", DOCS)
+        plain = client.retrieve("battery board", libraries=["lib"], top_k=5, min_relevance=0.0)
+        assert plain.stages == [] and len(plain.snippets) == 2
+        staged = client.retrieve(
+            "battery board",
+            libraries=["lib"],
+            top_k=5,
+            min_relevance=0.0,
+            stages=QueryStages(postprocessor="mmr,lost_in_middle"),
+        )
+        [report] = staged.stages
+        assert (report.stage, report.steps, report.degraded) == (
+            "postprocess",
+            ["mmr", "lost_in_middle"],
+            False,
+        )
+        assert {s.doc_id for s in staged.snippets} == {s.doc_id for s in plain.snippets}
+        assert staged.to_dict()["stages"][0]["stage"] == "postprocess"
+        # Every relevance is at or below 1: asking for exactly 1.0 keeps none of them, and says so.
+        strict = client.retrieve("battery board", libraries=["lib"], top_k=5, min_relevance=1.0)
+        assert strict.snippets == [] and strict.below_min_relevance == len(plain.snippets)
+        with pytest.raises(InvalidArgument, match="postprocessor"):
+            client.retrieve("battery", stages=QueryStages(postprocessor="telepathy"))
+        with pytest.raises(ValueError, match="min_relevance"):
+            client.retrieve("battery", min_relevance=1.5)
+        with pytest.raises(ValueError, match=r"QueryStages\.judge"):
+            QueryStages(judge=1)  # type: ignore[arg-type]
+
+
+def test_async_client_sends_query_stages(make_front) -> None:
+    front = make_front()
+
+    async def run() -> list[str]:
+        async with AsyncRetrievalClient(front.address, timeout_s=10) as client:
+            await client.ingest("lib", DOCS)
+            answer = await client.retrieve(
+                "battery", libraries=["lib"], stages=QueryStages(postprocessor="mmr"), min_relevance=0.0
+            )
+            return [r.stage for r in answer.stages]
+
+    assert asyncio.run(run()) == ["postprocess"]
+
+
+def test_structured_calls(make_front) -> None:
+    from ragspine_client._gen import structured_pb2 as spb
+    from tests.structured.test_structured_grpc import FACTS_CSV
+
+    front = make_front()
+    with RetrievalClient(front.address, timeout_s=10) as client:
+        stored = client.ingest_facts("fin", "q3.csv", FACTS_CSV)
+        assert (stored.source_doc_id, stored.rows_read, stored.facts_written, stored.errors) == (
+            "q3.csv",
+            4,
+            4,
+            [],
+        )
+        found = client.query_metric("fin", "revenue", "hk", "2025Q3")
+        assert (found.state, found.value, found.locator) == ("found", 120.5, "q3.csv!A2")
+        assert "120.5" in found.answer
+        missing = client.query_metric("fin", "营收", "香港", "2024Q3")
+        assert missing.state == "not_found" and missing.value is None and missing.message
+        unknown = client.query_metric("fin", "ebitda", "hk", "2025Q3")
+        assert (unknown.state, unknown.param, unknown.raw_value) == ("unrecognized_param", "metric", "ebitda")
+        rollup = client.call_structured(
+            "GraphRollup",
+            spb.GraphRollupRequest(library_id="fin", parent_entity="集团", metric="营收", period="2025Q3"),
+        )
+        assert rollup.found and rollup.total == 200.5
+        bad = client.ingest_facts("fin", "bad.csv", FACTS_CSV + "营收,火星,2025Q3,1,,\n".encode())
+        assert bad.facts_written == 0 and bad.errors and bad.errors[0].locator.startswith("bad.csv!")
+        with pytest.raises(InvalidArgument, match=r"x\.txt"):
+            client.ingest_facts("fin", "x.txt", b"a")
+        with pytest.raises(ValueError, match="rpc must be one of"):
+            client.call_structured("DropTables", spb.GraphRollupRequest())
+        with pytest.raises(ValueError, match="GraphTraceRequest"):
+            client.call_structured("GraphTrace", spb.GraphRollupRequest())
+
+    async def run() -> str:
+        async with AsyncRetrievalClient(front.address, timeout_s=10) as client:
+            return (await client.query_metric("fin", "revenue", "china", "2025Q3")).state
+
+    assert asyncio.run(run()) == "found"

@@ -16,8 +16,9 @@ import jsonschema
 from starlette.routing import Route
 
 from ragspine_services.front.http import build_app
-from ragspine_services.front.http.app import DIFY_PATH, REST_ROUTES
+from ragspine_services.front.http.app import DIFY_PATH, REST_ROUTES, served_routes
 from ragspine_services.front.http.openapi import openapi_document
+from ragspine_services.front.http.structured import STRUCTURED_ROUTES
 from ragspine_services.front.servicer import RetrievalServicer
 from tests.http.conftest import InProcess
 from tests.http.helpers import META_DOCS, call
@@ -122,7 +123,7 @@ def test_schema_check_catches_a_dropped_or_invented_field() -> None:
 def test_live_answers_validate_against_the_document(front: InProcess) -> None:
     status, doc = call(front.base, "GET", "/openapi.json", token=None)
     assert status == 200
-    assert doc == openapi_document(REST_ROUTES, DIFY_PATH)
+    assert doc == openapi_document(served_routes(structured=True), DIFY_PATH)
     status, ingested = call(front.base, "POST", "/v1/ingest", {"library": "lib-a", "documents": META_DOCS})
     validator(doc, "ragspine.v1.IngestResponse").validate(ingested)
     request = {"query": "alpha report robots", "libraries": ["lib-a"], "min_relevance": 0.01}
@@ -150,3 +151,29 @@ def test_live_answers_validate_against_the_document(front: InProcess) -> None:
     broken = copy.deepcopy(doc)
     del broken["components"]["schemas"]["ragspine.v1.Snippet"]["properties"]["relevance"]
     assert list(validator(broken, "ragspine.v1.RetrieveResponse").iter_errors(answer))
+
+
+def test_structured_routes_are_served_documented_and_match_the_proto(front: InProcess) -> None:
+    status, doc = call(front.base, "GET", "/openapi.json", token=None)
+    assert status == 200
+    app = front.running.http._server.config.app
+    assert route_table(app) == documented(doc)
+    service = proto_fields()
+    assert schema_mismatches(doc, service) == []
+    rpcs = {
+        op["x-rpc"].rsplit("/", 1)[1]
+        for ops in doc["paths"].values()
+        for op in ops.values()
+        if op["x-rpc"].startswith("ragspine.v1.StructuredService/")
+    }
+    assert rpcs == {r.rpc for r in STRUCTURED_ROUTES}
+    for name in ("IngestFactsRequest", "QueryMetricResponse", "GraphNeighborsResponse"):
+        assert f"ragspine.v1.{name}" in doc["components"]["schemas"]
+    assert doc["components"]["schemas"]["ragspine.v1.IngestFactsRequest"]["properties"]["content"] == {
+        "type": "string",
+        "contentEncoding": "base64",
+    }
+    # Reverse proof: a document built without the structured routes misses the served ones.
+    assert route_table(app) - documented(openapi_document(REST_ROUTES, DIFY_PATH)) == {
+        (r.path, "post") for r in STRUCTURED_ROUTES
+    }

@@ -22,10 +22,18 @@ from ragspine.retrieval.pipeline import (
     RetrieveRequest,
     calibrated_relevance,
 )
-from ragspine.retrieval.pipeline.relevance import RECOMMENDED_MIN_RELEVANCE, query_coverage, query_terms
+from ragspine.retrieval.pipeline.relevance import (
+    DEFAULT_MIN_ANSWER_RELEVANCE,
+    RECOMMENDED_MIN_RELEVANCE,
+    query_coverage,
+    query_terms,
+)
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
 from ragspine.samples import sample_documents
-from ragspine_client import RetrievalClient
+from ragspine.settings import Settings
+from ragspine_client import Document, RetrievalClient
+from ragspine_services.front.server import build_front_parts, start_front
+from ragspine_services.front.servicer import RetrievalServicer
 from tests.http.conftest import InProcess
 from tests.http.helpers import ADMIN, META_DOCS, call
 
@@ -126,7 +134,7 @@ class _NoCeiling(RelevanceStage):
 
 def test_monotone_check_catches_a_stage_without_the_ceiling() -> None:
     # Fused order disagrees with the raw evidence (a second library or channel ranked it first).
-    snippets = [{"scores": {"bm25": 1.0}}, {"scores": {"bm25": 9.0}}, {"scores": {"bm25": 0.0}}]
+    snippets = [{"scores": {"vector": 0.3}}, {"scores": {"vector": 0.9}}, {"scores": {"bm25": 0.0}}]
     good = PipelineState(request=RetrieveRequest("x"), query="x", sources=[], snippets=list(snippets))
     RelevanceStage(0.0).run(good)
     check_relevance(good.snippets)
@@ -184,3 +192,60 @@ def test_client_carries_relevance_and_min_relevance(front: InProcess) -> None:
         assert narrowed.below_min_relevance == len(values) - len(narrowed.snippets) > 0
         unrelated = client.retrieve("quantum chromodynamics lattice", min_relevance=0.1)
         assert unrelated.snippets == []
+
+
+OFF_TOPIC = "alpha particle decay half-life measurements"  # shares only "alpha" (in every document)
+
+
+def test_service_answers_nothing_relevant_with_nothing_by_default(front: InProcess) -> None:
+    call(front.base, "POST", "/v1/ingest", {"library": "lib-a", "documents": META_DOCS})
+    with RetrievalClient(front.grpc_address, token=ADMIN, timeout_s=10) as client:
+        gated = client.retrieve(OFF_TOPIC, libraries=["lib-a"])
+        everything = client.retrieve(OFF_TOPIC, libraries=["lib-a"], min_relevance=0.0)
+        assert everything.snippets and everything.snippets[0].relevance < DEFAULT_MIN_ANSWER_RELEVANCE
+        assert gated.snippets == [] and gated.below_min_relevance == len(everything.snippets)
+        # A related question keeps its whole answer, tail included.
+        related = client.retrieve("harvesting robots in greenhouses", libraries=["lib-a"])
+        assert related.snippets[0].doc_id == "d1" and related.below_min_relevance == 0
+        full = client.retrieve("harvesting robots in greenhouses", libraries=["lib-a"], min_relevance=0.0)
+        assert [s.chunk_id for s in related.snippets] == [s.chunk_id for s in full.snippets]
+    status, body = call(
+        front.base,
+        "POST",
+        "/retrieval",
+        {
+            "knowledge_id": "lib-a",
+            "query": OFF_TOPIC,
+            "retrieval_setting": {"top_k": 5, "score_threshold": 0},
+        },
+    )
+    assert (status, body) == (200, {"records": []})
+    status, body = call(front.base, "POST", "/v1/retrieve", {"query": OFF_TOPIC, "libraries": ["lib-a"]})
+    assert (
+        status == 200 and "snippets" not in body and body["below_min_relevance"] == len(everything.snippets)
+    )
+
+
+def test_reverse_proof_a_server_without_the_gate_answers_off_topic_questions(tmp_path: Path) -> None:
+    """RAGSPINE_MIN_ANSWER_RELEVANCE=0 turns the gate off: the default-path check above then fails."""
+    settings = Settings.from_env(
+        {"RAGSPINE_MIN_ANSWER_RELEVANCE": "0"},
+        data_dir=str(tmp_path / "data"),
+        retrieval_mode="economy",
+        reranker="none",
+        parse_memory_bytes=0,
+    )
+    assert settings.min_answer_relevance == 0.0
+    parts = build_front_parts(settings, in_process=True)
+    running = start_front(settings, parts, port=0, http_port=-1)
+    try:
+        with RetrievalClient(f"127.0.0.1:{running.port}", timeout_s=10) as client:
+            client.ingest(
+                "lib-a", [Document(d["doc_id"], text=d["text"], title=d["title"]) for d in META_DOCS]
+            )
+            ungated = client.retrieve(OFF_TOPIC, libraries=["lib-a"])
+        assert ungated.snippets and ungated.snippets[0].relevance < DEFAULT_MIN_ANSWER_RELEVANCE
+    finally:
+        running.stop(0)
+    with pytest.raises(ValueError, match="min_answer_relevance"):
+        RetrievalServicer(None, min_answer_relevance=1.5)  # type: ignore[arg-type]

@@ -14,7 +14,11 @@ import grpc
 import pytest
 
 from ragspine.retrieval.pipeline import RetrievalPipeline, RetrieveRequest
-from ragspine.retrieval.pipeline.relevance import DEFAULT_MIN_RELEVANCE, RelevanceStage
+from ragspine.retrieval.pipeline.relevance import (
+    DEFAULT_MIN_ANSWER_RELEVANCE,
+    DEFAULT_MIN_RELEVANCE,
+    RelevanceStage,
+)
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services.front import servicer as servicer_module
 from ragspine_services.front.servicer import RetrievalServicer
@@ -56,9 +60,10 @@ def without_timings(response: pb.RetrieveResponse) -> bytes:
 def assert_plain_answer(front: Any, request: pb.RetrieveRequest) -> None:
     """The wire answer is byte for byte the plain pipeline's (timings aside)."""
     wire = front.stub.Retrieve(request, timeout=10)
-    # The plain pipeline as the front runs it: every stage of the default, relevance numbers included.
+    # The plain pipeline as the front runs it: every stage of the default, relevance numbers and the
+    # default answer gate included.
     plain = RetrievalPipeline([front.parts.catalog.get(n) for n in request.libraries]).with_stage(
-        RelevanceStage(DEFAULT_MIN_RELEVANCE), after="exit"
+        RelevanceStage(DEFAULT_MIN_RELEVANCE, min_answer_relevance=DEFAULT_MIN_ANSWER_RELEVANCE), after="exit"
     )
     report = plain.run(RetrieveRequest(request.query, top_k=request.top_k, mode="lexical"))
     local = RetrievalServicer._respond(report, time.perf_counter())

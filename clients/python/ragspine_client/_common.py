@@ -11,7 +11,8 @@ from typing import Any
 import grpc
 
 from ragspine_client._gen import retrieval_pb2 as pb
-from ragspine_client.types import Filter
+from ragspine_client._gen import structured_pb2 as spb
+from ragspine_client.types import Filter, QueryStages
 
 MODES = {
     "default": pb.RETRIEVAL_MODE_UNSPECIFIED,
@@ -97,6 +98,29 @@ def open_channel(
     return channels.insecure_channel(address, options=opts)
 
 
+STRUCTURED_RPCS = ("CompositeQuery", "GraphRollup", "GraphCompare", "GraphTrace", "GraphNeighbors")
+
+
+def structured_method(stub: Any, rpc: str, request: Any) -> Any:
+    """The stub method of a StructuredService ``rpc`` (``ValueError`` naming the choices otherwise) after
+    checking that ``request`` is that RPC's request message."""
+    if rpc not in STRUCTURED_RPCS:
+        raise ValueError(f"rpc must be one of {', '.join(STRUCTURED_RPCS)}, got {rpc!r}")
+    expected = getattr(spb, f"{rpc}Request")
+    if not isinstance(request, expected):
+        raise ValueError(f"{rpc} takes a structured_pb2.{rpc}Request, got {type(request).__name__}")
+    return getattr(stub, rpc)
+
+
+def metric_request(
+    library: str, metric: str, entity: str, period: str, *, channel: str = "", reference_date: str = ""
+) -> spb.QueryMetricRequest:
+    lookup = spb.MetricLookup(
+        metric=metric, entity=entity, period=period, channel=channel, reference_date=reference_date
+    )
+    return spb.QueryMetricRequest(library_id=library, lookup=lookup)
+
+
 def call_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
@@ -126,7 +150,14 @@ def retrieve_request(
     reranker: str = "",
     rerank_top_n: int = 0,
     min_relevance: float | None = None,
+    stages: QueryStages | None = None,
 ) -> pb.RetrieveRequest:
+    if stages is not None and not isinstance(stages, QueryStages):
+        raise ValueError(f"stages must be a QueryStages, got {type(stages).__name__}")
+    if min_relevance is not None and not (
+        isinstance(min_relevance, int | float) and 0.0 <= min_relevance <= 1.0
+    ):
+        raise ValueError(f"min_relevance must be between 0 and 1, got {min_relevance!r}")
     if combine.lower() not in ("and", "or"):
         raise ValueError(f"combine must be 'and' or 'or', got {combine!r}")
     if mode not in MODES:
@@ -141,6 +172,7 @@ def retrieve_request(
         reranker=reranker,
         rerank_top_n=rerank_top_n,
         min_relevance=min_relevance,
+        **(stages.fields() if stages is not None else {}),
     )
 
 

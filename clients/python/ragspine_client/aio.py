@@ -12,11 +12,29 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from ragspine_client._common import RetryPolicy, call_metadata, open_channel, retrieve_request
+from ragspine_client._common import (
+    RetryPolicy,
+    call_metadata,
+    metric_request,
+    open_channel,
+    retrieve_request,
+    structured_method,
+)
 from ragspine_client._gen import retrieval_pb2 as pb
-from ragspine_client._gen import retrieval_pb2_grpc
+from ragspine_client._gen import retrieval_pb2_grpc, structured_pb2_grpc
+from ragspine_client._gen import structured_pb2 as spb
 from ragspine_client.errors import DeadlineExceeded, from_rpc_error
-from ragspine_client.types import Document, Filter, IngestResult, Library, RetrieveResult, ServerInfo
+from ragspine_client.types import (
+    Document,
+    FactsIngestResult,
+    Filter,
+    IngestResult,
+    Library,
+    MetricResult,
+    QueryStages,
+    RetrieveResult,
+    ServerInfo,
+)
 
 
 class AsyncRetrievalClient:
@@ -49,6 +67,7 @@ class AsyncRetrievalClient:
         self.retry = retry or RetryPolicy()
         self._metadata = call_metadata(token)
         self._stub = retrieval_pb2_grpc.RetrievalServiceStub(self._channel)
+        self._structured = structured_pb2_grpc.StructuredServiceStub(self._channel)
 
     async def _call(self, method: Callable[..., Any], request: Any, timeout_s: float | None) -> Any:
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
@@ -87,6 +106,7 @@ class AsyncRetrievalClient:
         reranker: str = "",
         rerank_top_n: int = 0,
         min_relevance: float | None = None,
+        stages: QueryStages | None = None,
         timeout_s: float | None = None,
     ) -> RetrieveResult:
         request = retrieve_request(
@@ -99,6 +119,7 @@ class AsyncRetrievalClient:
             reranker=reranker,
             rerank_top_n=rerank_top_n,
             min_relevance=min_relevance,
+            stages=stages,
         )
         return RetrieveResult.from_proto(await self._call(self._stub.Retrieve, request, timeout_s))
 
@@ -131,6 +152,58 @@ class AsyncRetrievalClient:
         return ServerInfo.from_proto(
             await self._call(self._stub.Info, pb.RetrievalServiceInfoRequest(), timeout_s)
         )
+
+    # ------------------------------------------------------------------ structured channel
+
+    async def ingest_facts(
+        self,
+        library: str,
+        filename: str,
+        content: bytes,
+        *,
+        source_doc_id: str = "",
+        sensitivity: str = "",
+        sheet: str = "",
+        timeout_s: float | None = None,
+    ) -> FactsIngestResult:
+        """Store one facts file (its ``filename`` suffix picks the reader: .csv .xlsx .json .jsonl) in
+        ``library``: all rows or none (``errors`` lists every row that did not map)."""
+        request = spb.IngestFactsRequest(
+            library_id=library,
+            filename=filename,
+            content=content,
+            source_doc_id=source_doc_id,
+            sensitivity=sensitivity,
+            sheet=sheet,
+        )
+        return FactsIngestResult.from_proto(
+            await self._call(self._structured.IngestFacts, request, timeout_s)
+        )
+
+    async def query_metric(
+        self,
+        library: str,
+        metric: str,
+        entity: str,
+        period: str,
+        *,
+        channel: str = "",
+        reference_date: str = "",
+        timeout_s: float | None = None,
+    ) -> MetricResult:
+        """One stored figure ("found"), a refusal without a number ("not_found"), or the input outside the
+        profile's vocabularies ("unrecognized_param")."""
+        request = metric_request(
+            library, metric, entity, period, channel=channel, reference_date=reference_date
+        )
+        return MetricResult.from_proto(await self._call(self._structured.QueryMetric, request, timeout_s))
+
+    async def call_structured(self, rpc: str, request: Any, *, timeout_s: float | None = None) -> Any:
+        """``CompositeQuery``, ``GraphRollup``, ``GraphCompare``, ``GraphTrace`` or ``GraphNeighbors`` with
+        its ``ragspine_client._gen.structured_pb2`` request; the response message back (``to_dict`` gives
+        its snake_case JSON). Same token, deadline and retries as every call."""
+        method = structured_method(self._structured, rpc, request)
+        return await self._call(method, request, timeout_s)
 
     async def close(self) -> None:
         await self._channel.close()

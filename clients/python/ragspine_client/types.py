@@ -201,6 +201,91 @@ class Snippet:
         )
 
 
+STAGE_FIELDS: tuple[str, ...] = (
+    "query_transform",
+    "decompose",
+    "adaptive",
+    "corrective",
+    "postprocessor",
+    "judge",
+    "library_router",
+    "filter_extractor",
+)
+
+
+@dataclass(frozen=True)
+class QueryStages:
+    """The opt-in query stages of one Retrieve (all off when empty; the server names what it offers):
+    ``query_transform`` ("hyde", "rag_fusion", "step_back"), ``decompose``, ``adaptive``, ``corrective``,
+    ``postprocessor`` (e.g. "mmr,compress"), ``judge`` ("listwise"), ``library_router`` ("keyword",
+    "llm") and ``filter_extractor``. A choice the server does not offer is ``InvalidArgument``."""
+
+    query_transform: str = ""
+    decompose: str = ""
+    adaptive: str = ""
+    corrective: str = ""
+    postprocessor: str = ""
+    judge: str = ""
+    library_router: str = ""
+    filter_extractor: str = ""
+
+    def __post_init__(self) -> None:
+        for name in STAGE_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ValueError(f"QueryStages.{name} must be a string, got {value!r}")
+
+    def fields(self) -> dict[str, str]:
+        """The request fields to set (the non-empty choices)."""
+        return {name: getattr(self, name) for name in STAGE_FIELDS if getattr(self, name)}
+
+
+@dataclass(frozen=True)
+class StageAction:
+    """One step of the corrective loop: the grade it judged, what it did, the snippets it had."""
+
+    action: str
+    grade: float
+    snippet_count: int
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """What one query stage did for the request (see ``QueryStageReport`` in the proto)."""
+
+    stage: str
+    variants_tried: list[str]
+    variants_refused: list[str]
+    actions: list[StageAction]
+    route: str
+    llm_calls: int
+    llm_failures: int
+    deadline_hit: bool
+    degraded: bool
+    refused: bool
+    error: str
+    steps: list[str]
+    timings_ms: dict[str, float]
+
+    @classmethod
+    def from_proto(cls, m: pb.QueryStageReport) -> StageReport:
+        return cls(
+            stage=m.stage,
+            variants_tried=list(m.variants_tried),
+            variants_refused=[v.text for v in m.variants_refused],
+            actions=[StageAction(a.action, a.grade, a.snippet_count) for a in m.actions],
+            route=m.route,
+            llm_calls=m.llm_calls,
+            llm_failures=m.llm_failures,
+            deadline_hit=m.deadline_hit,
+            degraded=m.degraded,
+            refused=m.refused,
+            error=m.error,
+            steps=list(m.steps),
+            timings_ms=dict(m.timings_ms),
+        )
+
+
 @dataclass(frozen=True)
 class FilterFieldReport:
     """How many candidate documents lacked a filtered field (only ``empty`` matches them)."""
@@ -223,6 +308,7 @@ class RetrieveResult:
     partial: bool = False
     pending_vectors: int = 0
     below_min_relevance: int = 0  # snippets dropped as below min_relevance
+    stages: list[StageReport] = field(default_factory=list)  # one per query stage that ran
 
     @classmethod
     def from_proto(cls, m: pb.RetrieveResponse) -> RetrieveResult:
@@ -237,6 +323,7 @@ class RetrieveResult:
             partial=m.partial,
             pending_vectors=m.pending_vectors,
             below_min_relevance=m.below_min_relevance,
+            stages=[StageReport.from_proto(r) for r in m.stages],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -341,3 +428,68 @@ class ServerInfo:
 def to_dict(message: Any) -> dict[str, Any]:
     """A wire message in the proto JSON mapping with the proto's snake_case field names."""
     return MessageToDict(message, preserving_proto_field_name=True)
+
+
+@dataclass(frozen=True)
+class FactRowError:
+    """One row of a facts file that did not map onto a fact (``locator``: "facts.csv!A3", "Sheet1!A12")."""
+
+    locator: str
+    message: str
+
+
+@dataclass(frozen=True)
+class FactsIngestResult:
+    """What one facts file gave: all rows or none (any ``errors`` means nothing was written)."""
+
+    source_doc_id: str
+    rows_read: int
+    facts_written: int
+    errors: list[FactRowError]
+    raw: Any = field(repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, m: Any) -> FactsIngestResult:
+        return cls(
+            source_doc_id=m.source_doc_id,
+            rows_read=m.rows_read,
+            facts_written=m.facts_written,
+            errors=[FactRowError(e.locator, e.message) for e in m.errors],
+            raw=m,
+        )
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """A figure lookup in exactly one ``state``: "found" (``value``, ``unit``, ``source_doc``, ``locator``
+    and ``answer``, all from the stored fact), "not_found" (``message``: a fixed refusal, never a number)
+    or "unrecognized_param" (``param`` and the ``raw_value`` outside the vocabularies)."""
+
+    state: str
+    value: float | None = None
+    unit: str = ""
+    source_doc: str = ""
+    locator: str = ""
+    answer: str = ""
+    message: str = ""
+    param: str = ""
+    raw_value: str = ""
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, m: Any) -> MetricResult:
+        state = m.WhichOneof("result") or "not_found"
+        if state == "found":
+            fact = m.found.fact
+            return cls(
+                state,
+                value=fact.value,
+                unit=fact.unit,
+                source_doc=fact.source.doc,
+                locator=fact.source.locator,
+                answer=m.found.answer,
+                raw=m,
+            )
+        if state == "unrecognized_param":
+            return cls(state, param=m.unrecognized_param.param, raw_value=m.unrecognized_param.raw, raw=m)
+        return cls(state, message=m.not_found.message, raw=m)

@@ -158,6 +158,11 @@ class HybridRetriever:
     def __contains__(self, chunk_id: object) -> bool:
         return chunk_id in self._chunks
 
+    def term_idf(self, tokens: Iterable[str]) -> dict[str, float]:
+        """The lexical channel's BM25 idf of each token (see ``InvertedIndex.idf``)."""
+        with self._lock:
+            return self._lex.idf(tokens)
+
     def index_text(self, chunk: Chunk) -> str:
         """The text that is tokenised and embedded for ``chunk`` (``chunk.text`` unless an index_text_fn)."""
         return self.index_text_fn(chunk) if self.index_text_fn is not None else chunk.text

@@ -536,6 +536,14 @@ class InvertedIndex:
             return [], []
         return self._top(*scored, None if k is None else int(k))
 
+    def idf(self, tokens: Iterable[str]) -> dict[str, float]:
+        """BM25 idf over the live documents of each distinct token; a token no live document holds gets
+        ``bm25_idf(0, N)``, the largest value (an unseen word is the strongest evidence of a mismatch)."""
+        wanted = list(dict.fromkeys(tokens))
+        postings = self._term_postings(wanted)
+        n_live = self._n_live
+        return {t: bm25_idf(len(postings[t].slots) if t in postings else 0, n_live) for t in wanted}
+
     def score_keys(self, query_tokens: Sequence[str], keys: Sequence[str]) -> list[float]:
         """BM25 score (full live corpus statistics) of each given key, in order; 0.0 when no term matches.
 

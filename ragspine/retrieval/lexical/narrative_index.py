@@ -439,6 +439,12 @@ class NarrativeIndex:
         """How many of ``doc_id``'s indexed chunks this index still has no vector for."""
         return sum(1 for cid in self._doc_chunks.get(doc_id, ()) if self.retriever.is_pending(cid))
 
+    def term_idf(self, tokens: Iterable[str]) -> dict[str, float] | None:
+        """BM25 idf of each token over this library's indexed chunks; None when the retriever keeps no
+        lexical statistics in this process (an external index)."""
+        term_idf = getattr(self.retriever, "term_idf", None)
+        return None if term_idf is None else term_idf(tokens)
+
     def vector_space(self) -> tuple[str, int]:
         """(dense model id, dimension) this library's vectors are in; ("", 0) without dense vectors."""
         if self._ledger is None or self.retriever.embedding_backend is None:

@@ -13,6 +13,7 @@ from ragspine.retrieval.pipeline.ingest import (
 )
 from ragspine.retrieval.pipeline.pipeline import DeadlineScope, RetrievalPipeline
 from ragspine.retrieval.pipeline.relevance import (
+    DEFAULT_MIN_ANSWER_RELEVANCE,
     DEFAULT_MIN_RELEVANCE,
     RelevanceStage,
     calibrated_relevance,
@@ -30,6 +31,7 @@ from ragspine.retrieval.pipeline.sources import (
 from ragspine.retrieval.pipeline.stages import PipelineState, SnippetPostprocessor, Stage, default_stages
 
 __all__ = [
+    "DEFAULT_MIN_ANSWER_RELEVANCE",
     "DEFAULT_MIN_RELEVANCE",
     "MODES",
     "DeadlineScope",

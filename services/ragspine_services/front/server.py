@@ -131,6 +131,7 @@ def start_front(
         remote_worker=parts.worker is not None,
         query_stages=QueryStageMenu.from_settings(settings, provider=make_llm_provider(settings=settings)),
         min_relevance=settings.min_relevance,
+        min_answer_relevance=settings.min_answer_relevance,
     )
     structured = parts.structured
 
@@ -156,7 +157,7 @@ def start_front(
         from ragspine_services.front.http import build_app, start_http
 
         running.http = start_http(
-            build_app(servicer, authenticator),
+            build_app(servicer, authenticator, parts.structured),
             host=settings.host if host is None else host,
             port=max(wanted, 0),
             tls_cert_file=settings.tls_cert_file,

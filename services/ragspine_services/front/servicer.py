@@ -31,6 +31,7 @@ from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.indexing.ledger import model_id
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.pipeline import (
+    DEFAULT_MIN_ANSWER_RELEVANCE,
     DEFAULT_MIN_RELEVANCE,
     IngestDocument,
     RelevanceStage,
@@ -120,12 +121,16 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         remote_worker: bool = False,
         query_stages: QueryStageMenu | None = None,
         min_relevance: float = DEFAULT_MIN_RELEVANCE,
+        min_answer_relevance: float = DEFAULT_MIN_ANSWER_RELEVANCE,
     ) -> None:
         self.catalog = catalog
         # The opt-in query-time stages and library routers this server offers, and its defaults
         # (RAGSPINE_QUERY_*, RAGSPINE_LIBRARY_ROUTER, ...; all off by default).
         self.query_stages = query_stages or QueryStageMenu()
-        self.min_relevance = check_min_relevance(min_relevance)  # when a request sets none
+        # When a request sets no min_relevance: the per-snippet threshold and the answer gate (an answer
+        # whose best snippet is below it is "nothing relevant" and comes back empty).
+        self.min_relevance = check_min_relevance(min_relevance)
+        self.min_answer_relevance = check_min_relevance(min_answer_relevance, "min_answer_relevance")
         self.limits = limits or FrontLimits()
         self.default_mode = default_mode
         self.reranker_name = reranker_name
@@ -373,8 +378,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             raise ValueError(f"top_k must be between 1 and {self.limits.max_top_k}, got {request.top_k}")
         if request.rerank_top_n < 0:
             raise ValueError(f"rerank_top_n must be >= 0, got {request.rerank_top_n}")
-        min_relevance = request.min_relevance if request.HasField("min_relevance") else self.min_relevance
-        relevance = RelevanceStage(check_min_relevance(min_relevance))
+        if request.HasField("min_relevance"):  # the caller's own threshold replaces the server's defaults
+            relevance = RelevanceStage(check_min_relevance(request.min_relevance))
+        else:
+            relevance = RelevanceStage(self.min_relevance, min_answer_relevance=self.min_answer_relevance)
         mfilter = convert.metadata_filter(request.filters, request.combine)
         rerank = self._rerank(request.reranker)
         mode = self._mode(request.mode)

@@ -43,7 +43,7 @@ from ragspine.settings import Settings
 from ragspine.storage.fact_ingest import ingest_fact_file
 from ragspine.storage.fact_store import FACT_TABLE, Fact, FactStore, SqliteFactStore
 from ragspine_services._gen import common_pb2, structured_pb2, structured_pb2_grpc
-from ragspine_services.common.auth import current_caller
+from ragspine_services.common.auth import READ, WRITE, current_caller
 from ragspine_services.common.deadline import call_deadline
 from ragspine_services.common.errors import BackendUnavailableError, NotFoundError, RequestTooLargeError
 from ragspine_services.front.libraries import LibraryCatalog, check_library_id
@@ -119,9 +119,9 @@ class FactLibraries:
             self._graphs.clear()
 
 
-def _authorize(library_id: str) -> str:
+def _authorize(library_id: str, scope: str = READ) -> str:
     check_library_id(library_id)
-    current_caller().require(library_id)
+    current_caller().require(library_id, scope)
     return library_id
 
 
@@ -246,7 +246,7 @@ class StructuredServicer(structured_pb2_grpc.StructuredServiceServicer):
         self, request: structured_pb2.IngestFactsRequest, context: grpc.ServicerContext
     ) -> structured_pb2.IngestFactsResponse:
         started = time.perf_counter()
-        library_id = _authorize(request.library_id)
+        library_id = _authorize(request.library_id, WRITE)  # a read-only token never stores facts
         if not request.filename.strip():
             raise ValueError(
                 "filename is required: its suffix (.csv, .xlsx, .json, .jsonl) selects the reader"

@@ -1,4 +1,5 @@
-"""The Starlette application: Dify ``/retrieval``, REST routes for every RetrievalService RPC, OpenAPI.
+"""The Starlette application: Dify ``/retrieval``, REST routes for every RetrievalService and
+StructuredService RPC, OpenAPI.
 
 REST bodies and answers are the proto3 JSON mapping of the RPC's request and response messages with the
 proto's own snake_case field names (parsed with ``google.protobuf.json_format``, printed by
@@ -14,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -33,20 +33,8 @@ from ragspine_services.front.http import dify
 from ragspine_services.front.http.calls import CallError, invoke, parse_timeout
 from ragspine_services.front.http.json_mapping import message_to_json
 from ragspine_services.front.http.openapi import openapi_document
-
-
-@dataclass(frozen=True)
-class RestRoute:
-    """One REST route: its path, HTTP methods, the RPC it calls and that RPC's message types."""
-
-    path: str
-    methods: tuple[str, ...]
-    rpc: str
-    request_type: type[Message]
-    response_type: type[Message]
-    body: str = "json"  # json | ndjson (one request message per line) | multipart | none
-    summary: str = ""
-
+from ragspine_services.front.http.routes import RestRoute
+from ragspine_services.front.http.structured import STRUCTURED_ROUTES, STRUCTURED_SERVICE
 
 REST_ROUTES: tuple[RestRoute, ...] = (
     RestRoute(
@@ -186,14 +174,25 @@ async def _upload(request: Request) -> Message:
     return retrieval_pb2.IngestRequest(library=library, documents=documents)
 
 
+def served_routes(structured: bool) -> tuple[RestRoute, ...]:
+    """The REST routes of an app with (or without) the StructuredService."""
+    return REST_ROUTES + (STRUCTURED_ROUTES if structured else ())
+
+
 def build_app(
-    servicer: Any, authenticator: Authenticator | None = None, *, call_threads: int = HTTP_CALL_THREADS
+    servicer: Any,
+    authenticator: Authenticator | None = None,
+    structured: Any = None,
+    *,
+    call_threads: int = HTTP_CALL_THREADS,
 ) -> HttpApp:
-    """The HTTP application over ``servicer`` (a ``RetrievalServicer``) and the gRPC tier's authenticator;
-    servicer calls run on at most ``call_threads`` threads at once."""
+    """The HTTP application over ``servicer`` (a ``RetrievalServicer``), ``structured`` (a
+    ``StructuredServicer``, or None when the front serves no structured channel) and the gRPC tier's
+    authenticator; servicer calls run on at most ``call_threads`` threads at once."""
     if call_threads < 1:
         raise ValueError(f"call_threads must be >= 1, got {call_threads}")
     auth = authenticator or OpenAuthenticator()
+    rest_routes = served_routes(structured is not None)
     limiters: list[anyio.CapacityLimiter] = []  # made on the server's event loop, at the first call
 
     async def call(*args: Any) -> Any:
@@ -201,15 +200,19 @@ def build_app(
             limiters.append(anyio.CapacityLimiter(call_threads))
         return await anyio.to_thread.run_sync(functools.partial(invoke, auth, *args), limiter=limiters[0])
 
+    def route_method(route: RestRoute) -> Any:
+        target = structured if route.service == STRUCTURED_SERVICE else servicer
+        return getattr(target, route.rpc)
+
     def rest_call(route: RestRoute) -> Callable[[bytes, Mapping[str, str]], Awaitable[Response]]:
         """The JSON-body REST route's work from the raw body and the headers."""
-        method = getattr(servicer, route.rpc)
+        method = route_method(route)
 
         async def run(raw: bytes, headers: Mapping[str, str]) -> Response:
             try:
                 deadline = parse_timeout(headers)
                 message = _parse(_json(raw), route.request_type, "the body")
-                result = await call(route.rpc, method, message, headers, deadline)
+                result = await call(route.rpc, method, message, headers, deadline, route.service)
             except CallError as exc:
                 return _error(exc)
             return JSONResponse(to_json(result))
@@ -217,7 +220,7 @@ def build_app(
         return run
 
     def rest_endpoint(route: RestRoute) -> Callable[[Request], Any]:
-        method = getattr(servicer, route.rpc)
+        method = route_method(route)
         json_call = rest_call(route) if route.body == "json" else None
 
         async def endpoint(request: Request) -> Response:
@@ -232,7 +235,7 @@ def build_app(
                     message = await _upload(request)
                 else:
                     message = route.request_type()
-                result = await call(route.rpc, method, message, request.headers, deadline)
+                result = await call(route.rpc, method, message, request.headers, deadline, route.service)
             except CallError as exc:
                 return _error(exc)
             return JSONResponse(to_json(result))
@@ -264,18 +267,18 @@ def build_app(
         return await dify_call(await request.body(), request.headers)
 
     async def openapi(request: Request) -> Response:
-        return JSONResponse(openapi_document(REST_ROUTES, DIFY_PATH))
+        return JSONResponse(openapi_document(rest_routes, DIFY_PATH))
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "SERVING"})
 
-    routes = [Route(r.path, rest_endpoint(r), methods=list(r.methods)) for r in REST_ROUTES]
+    routes = [Route(r.path, rest_endpoint(r), methods=list(r.methods)) for r in rest_routes]
     routes += [
         Route(DIFY_PATH, dify_retrieval, methods=["POST"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ]
-    fast = {r.path: rest_call(r) for r in REST_ROUTES if r.body == "json" and r.methods == ("POST",)}
+    fast = {r.path: rest_call(r) for r in rest_routes if r.body == "json" and r.methods == ("POST",)}
     fast[DIFY_PATH] = dify_call
     return HttpApp(routes=routes, fast_posts=fast)
 

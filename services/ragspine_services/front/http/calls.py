@@ -100,6 +100,7 @@ def invoke(
     request: Any,
     headers: Mapping[str, str],
     deadline: float | None,
+    service: str = SERVICE,
 ) -> Any:
     """Run ``method(request, context)`` as the authenticated caller; ``CallError`` on any failure.
 
@@ -120,9 +121,9 @@ def invoke(
     except Exception as exc:
         code, message = status_for(exc)
         if code is grpc.StatusCode.INTERNAL:
-            _LOG.exception("http call failed", extra={"rpc": f"{SERVICE}/{name}"})
+            _LOG.exception("http call failed", extra={"rpc": f"{service}/{name}"})
         raise CallError(code, message) from None
     finally:
         if token is not None:
             reset_current_caller(token)
-        metrics.RPC_LATENCY.labels(SERVICE, name, code.name).observe(time.perf_counter() - started)
+        metrics.RPC_LATENCY.labels(service, name, code.name).observe(time.perf_counter() - started)

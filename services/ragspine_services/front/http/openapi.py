@@ -159,7 +159,7 @@ _DIFY_ERROR = {
 
 
 def openapi_document(routes: Sequence[Any], dify_path: str) -> dict[str, Any]:
-    """The OpenAPI 3.1 document for ``routes`` (``app.RestRoute``) plus the Dify route."""
+    """The OpenAPI 3.1 document for ``routes`` (``routes.RestRoute``) plus the Dify route."""
     schemas = message_schemas(
         [d for r in routes for d in (r.request_type.DESCRIPTOR, r.response_type.DESCRIPTOR)]
     )
@@ -188,7 +188,7 @@ def openapi_document(routes: Sequence[Any], dify_path: str) -> dict[str, Any]:
         op: dict[str, Any] = {
             "operationId": r.path.strip("/").replace("/", "_").replace("{", "").replace("}", ""),
             "summary": r.summary,
-            "x-rpc": f"ragspine.v1.RetrievalService/{r.rpc}",
+            "x-rpc": f"{r.service}/{r.rpc}",
             "responses": {
                 "200": {"description": "OK", "content": _json(r.response_type.DESCRIPTOR.full_name)},
                 **errors,
