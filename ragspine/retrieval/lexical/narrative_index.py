@@ -468,8 +468,10 @@ class NarrativeIndex:
                 computed = list(zip(taken, values, strict=True))
                 self.embedded[kind] += len(computed)
                 rows = self._encoded(kind, computed)
-                self._ledger.put_vectors(kind, model, rows, dim=self._dim(kind, computed))
-                self._install(kind, {cid: (version, data) for cid, version, data in rows})
+                if self._ledger.put_vectors(kind, model, rows, dim=self._dim(kind, computed)):
+                    # Nothing stored means the library's model was switched meanwhile (or every version
+                    # was replaced): those vectors must not be served either.
+                    self._install(kind, {cid: (version, data) for cid, version, data in rows})
                 done += len(taken)
             finally:
                 with self._claim_lock:
