@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -277,9 +277,16 @@ def _restart(data_dir: Path, port: int, queries: list[str]) -> dict[str, Any]:
     return out
 
 
-def run(data: Path, limit: int, deadline_s: float, rounds: int = 3) -> dict[str, Any]:
+def run(
+    data: Path,
+    limit: int,
+    deadline_s: float,
+    rounds: int = 3,
+    on_round: Callable[[int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """``rounds`` alternating rounds of (server life, peer over the same chunk texts); even rounds run the
-    server first, odd rounds the peer first, so both meet the same drift in the machine's load."""
+    server first, odd rounds the peer first, so both meet the same drift in the machine's load.
+    ``on_round(number, figures)`` is called as each round ends."""
     corpus = data / "corpus.jsonl"
     queries = [r.title for r in iter_beir_jsonl(corpus, limit=50) if r.title] or ["protein folding"]
     model = _load_peer()
@@ -293,6 +300,8 @@ def run(data: Path, limit: int, deadline_s: float, rounds: int = 3) -> dict[str,
         life["speedup_vs_peer"] = life["ours_passages_per_s"] / life["peer_passages_per_s"]
         life["load_avg"] = os.getloadavg()[0]
         lives.append(life)
+        if on_round is not None:
+            on_round(i + 1, life)
     speedups = sorted(life["speedup_vs_peer"] for life in lives)
     return {
         "limit": limit,
@@ -300,6 +309,37 @@ def run(data: Path, limit: int, deadline_s: float, rounds: int = 3) -> dict[str,
         "rounds": lives,
         "median_speedup_vs_peer": speedups[len(speedups) // 2],
     }
+
+
+def _print_round(i: int, r: dict[str, Any], deadline_ms: float) -> None:
+    first = r["restart_first_hybrid_s"]
+    print(
+        f"round {i} (load {r['load_avg']:.1f}): SciFact, {r['documents']} documents, "
+        f"{r['chunks']} chunks, laptop mode over gRPC"
+    )
+    print(f"  ingest ack            {r['ingest_ack_s']:.1f} s ({r['pending_at_ack']} chunks pending at ack)")
+    print(f"  all vectors ready     {r['vectors_ready_s']:.1f} s")
+    print(
+        f"  queries in backlog    {r['backlog_queries']}: p50 {r['backlog_p50_ms']:.1f} ms, "
+        f"p99 {r['backlog_p99_ms']:.1f} ms, max {r['backlog_max_ms']:.1f} ms "
+        f"(deadline {deadline_ms:.0f} ms), errors {r['backlog_errors']}, "
+        f"degraded {r['backlog_degraded']}, partial {r['backlog_partial_share']:.0%} "
+        f"{r['backlog_statuses']}"
+    )
+    print(
+        f"  passages/s            ours {r['ours_passages_per_s']:.1f} (drainer, ingest to ready) vs "
+        f"sentence-transformers {r['peer_passages_per_s']:.1f} (same texts) = {r['speedup_vs_peer']:.2f}x"
+    )
+    print(
+        f"  queries during ingest {r['ingest_queries']}: p99 {r['ingest_p99_ms']:.1f} ms "
+        f"{r['ingest_statuses']}"
+    )
+    print(
+        f"  restart               SERVING {r['restart_serving_s']:.1f} s, "
+        f"first full hybrid answer {'never' if first is None else f'{first:.1f} s'}, "
+        f"chunks embedded {r['restart_embedded']:.0f} (first life: {r['first_life_embedded']:.0f})"
+    )
+    sys.stdout.flush()
 
 
 def main() -> None:
@@ -319,40 +359,17 @@ def main() -> None:
             "pass --data or set RAGSPINE_SHARED_DATA"
         )
         return
-    result = run(data, args.limit, args.deadline_ms / 1000, args.rounds)
+    deadline_ms = args.deadline_ms
+    result = run(
+        data,
+        args.limit,
+        deadline_ms / 1000,
+        args.rounds,
+        None if args.json else lambda i, r: _print_round(i, r, deadline_ms),
+    )
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    for i, r in enumerate(result["rounds"], 1):
-        first = r["restart_first_hybrid_s"]
-        print(
-            f"round {i} (load {r['load_avg']:.1f}): SciFact, {r['documents']} documents, "
-            f"{r['chunks']} chunks, laptop mode over gRPC"
-        )
-        print(
-            f"  ingest ack            {r['ingest_ack_s']:.1f} s ({r['pending_at_ack']} chunks pending at ack)"
-        )
-        print(f"  all vectors ready     {r['vectors_ready_s']:.1f} s")
-        print(
-            f"  queries in backlog    {r['backlog_queries']}: p50 {r['backlog_p50_ms']:.1f} ms, "
-            f"p99 {r['backlog_p99_ms']:.1f} ms, max {r['backlog_max_ms']:.1f} ms "
-            f"(deadline {result['deadline_ms']:.0f} ms), errors {r['backlog_errors']}, "
-            f"degraded {r['backlog_degraded']}, partial {r['backlog_partial_share']:.0%} "
-            f"{r['backlog_statuses']}"
-        )
-        print(
-            f"  passages/s            ours {r['ours_passages_per_s']:.1f} (drainer, ingest to ready) vs "
-            f"sentence-transformers {r['peer_passages_per_s']:.1f} (same texts) = {r['speedup_vs_peer']:.2f}x"
-        )
-        print(
-            f"  queries during ingest {r['ingest_queries']}: p99 {r['ingest_p99_ms']:.1f} ms "
-            f"{r['ingest_statuses']}"
-        )
-        print(
-            f"  restart               SERVING {r['restart_serving_s']:.1f} s, "
-            f"first full hybrid answer {'never' if first is None else f'{first:.1f} s'}, "
-            f"chunks embedded {r['restart_embedded']:.0f} (first life: {r['first_life_embedded']:.0f})"
-        )
     print(
         f"median speed-up vs sentence-transformers over {len(result['rounds'])} rounds: "
         f"{result['median_speedup_vs_peer']:.2f}x"
