@@ -93,7 +93,7 @@ class OnnxEmbeddingBackend(_DenseBackend):
     ) -> None:
         super().__init__(query_prefix=query_prefix, passage_prefix=passage_prefix)
         self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
-        # Queries get their own one-thread session once passages are embedded (see ``_query_runner``).
+        # Queries get their own one-thread session once passages are embedded (``_start_query_session``).
         self._query_session_wanted = query_session
         self._query_session: Any = None
         self._query_session_started = False

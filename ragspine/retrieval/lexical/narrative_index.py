@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _CATCH_UP_EVERY_S = 5.0
-# ``drain_step`` looks at this many batches' worth of pending chunks and embeds the shortest of them.
+# ``drain_step`` reads this many batches' worth of pending chunks at once and embeds them sorted by length.
 _DRAIN_WINDOW_BATCHES = 4
 
 
