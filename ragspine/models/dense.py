@@ -8,6 +8,7 @@ vector for an empty string. Inputs longer than the model's window are cut and co
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import threading
 from pathlib import Path
@@ -21,6 +22,7 @@ from ragspine.models.packaged import minilm_dir, minilm_int8_onnx, require, reso
 from ragspine.models.tokenization import TextTokenizer, check_texts, l2_normalise, mean_pool
 
 _POOLINGS = ("mean", "cls", "last")
+logger = logging.getLogger(__name__)
 
 
 # all-MiniLM-L6-v2 and SPLADE-tiny were trained on English only (their model cards say so).
@@ -66,7 +68,9 @@ class OnnxEmbeddingBackend(_DenseBackend):
     ``int8=False`` exports the packaged safetensors to fp32 ONNX once (cached). ``model_path`` may be an
     ``.onnx`` file (tokenizer from ``tokenizer_path`` or its folder), a folder holding ``model.onnx`` or
     ``onnx/model.onnx`` plus ``tokenizer.json``, or a Hugging Face id. Output: mean pooling over real tokens,
-    L2-normalised, ``dim`` floats (384 for MiniLM).
+    L2-normalised, ``dim`` floats (384 for MiniLM). ``query_session`` (default on, CPU only): once passages
+    are embedded, queries run on a second one-thread session so they never queue behind a passage batch
+    (same vectors, bit for bit; see ``_start_query_session``).
 
     Raises ``ImportError`` (naming the extra) without onnxruntime/tokenizers, ``ValueError`` when the model
     or tokenizer cannot be found or loaded.
@@ -85,9 +89,14 @@ class OnnxEmbeddingBackend(_DenseBackend):
         tokenizer_path: str | Path | None = None,
         query_prefix: str = "",
         passage_prefix: str = "",
+        query_session: bool = True,
     ) -> None:
         super().__init__(query_prefix=query_prefix, passage_prefix=passage_prefix)
         self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
+        # Queries get their own one-thread session once passages are embedded (``_start_query_session``).
+        self._query_session_wanted = query_session
+        self._query_session: Any = None
+        self._query_session_started = False
         if model_path is None:
             tokenizer_dir = minilm_dir()
             if int8:
@@ -104,6 +113,7 @@ class OnnxEmbeddingBackend(_DenseBackend):
         if tokenizer_path is not None:
             tokenizer_dir = Path(tokenizer_path)
         self.tokenizer = TextTokenizer.from_dir(tokenizer_dir, max_length)
+        self._onnx_file, self._device = onnx_file, device
         self._onnx = make_onnx_session(onnx_file, device=device, threads=threads)
         self.provider = self._onnx.provider
         self._input_names = [i.name for i in self._onnx.session.get_inputs()]
@@ -111,13 +121,52 @@ class OnnxEmbeddingBackend(_DenseBackend):
         self._pooled_output = len(output.shape) == 2  # some exports already return sentence embeddings
         self.dim = int(output.shape[-1]) if isinstance(output.shape[-1], int) else len(self._embed([""])[0])
 
-    def _embed(self, texts: list[str]) -> list[list[float]]:
+    def embed_texts(self, texts: list[str]) -> list[list[float]]:
+        self._start_query_session()
+        return super().embed_texts(texts)
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        items = check_texts(texts)
+        if not items:
+            return []
+        session = self._query_session or self._onnx.session
+        return self._embed([self.query_prefix + t for t in items], session=session)
+
+    def _start_query_session(self) -> None:
+        """Open the query session in the background the first time passages are embedded.
+
+        A passage batch keeps every thread of the main session's pool busy; a query run on the same session
+        queues behind it. Queries (a few tokens each) therefore get a second, one-thread session over the
+        same file: same graph, same kernels, bit-identical vectors. It is opened only once passages are
+        embedded (a library whose vectors are all stored never pays for it) and off the caller's thread;
+        until it is ready, queries use the main session.
+        """
+        if self._query_session_started or not self._query_session_wanted:
+            return
+        if self.provider != "CPUExecutionProvider":  # a GPU session does not queue queries on a CPU pool
+            return
+        with self._lock:
+            if self._query_session_started:
+                return
+            self._query_session_started = True
+
+        def open_session() -> None:
+            try:
+                opened = make_onnx_session(self._onnx_file, device=self._device, threads=1)
+                self._query_session = opened.session
+            except Exception as exc:  # queries keep using the main session
+                logger.warning("no separate query session (%s); queries share the main one", exc)
+
+        threading.Thread(target=open_session, name="onnx-query-session", daemon=True).start()
+
+    def _embed(self, texts: list[str], *, session: Any = None) -> list[list[float]]:
         encoded = self.tokenizer.encode(texts)
         self._count_truncated(encoded.truncated)
+        runner = self._onnx.session if session is None else session
 
         def run(positions: list[int]) -> list[np.ndarray]:
             feeds = self.tokenizer.pad(encoded, positions)
-            hidden = self._onnx.session.run(None, {k: feeds[k] for k in self._input_names})[0]
+            hidden = runner.run(None, {k: feeds[k] for k in self._input_names})[0]
             pooled = hidden if self._pooled_output else mean_pool(hidden, feeds["attention_mask"])
             return list(l2_normalise(pooled.astype(np.float32)))
 

@@ -332,7 +332,23 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
             conn.execute(library_settings_ddl(text="TEXT"))
 
     def _ledger_tx(self, *, write: bool) -> Any:
-        return self._transaction("IMMEDIATE" if write else "DEFERRED")
+        if write or self._path == ":memory:":
+            return self._transaction("IMMEDIATE" if write else "DEFERRED")
+        # Ledger reads (counting the backlog scans the library) run on the read-only connection: in WAL
+        # mode they neither wait for nor hold up the writer connection that ingest and queries use.
+        return self._read_snapshot()
+
+    @contextmanager
+    def _read_snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction on the read-only connection (a consistent snapshot of committed data)."""
+        with self._read_lock:
+            conn = self._read_connection()
+            conn.execute("BEGIN DEFERRED")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
 
     @staticmethod
     def _create_table_sql(name: str, extra: Iterable[tuple[str, str]]) -> str:

@@ -1,6 +1,12 @@
 """Vectors as data: the store-side vector ledger, its codecs, and the background drainer that fills it."""
 
-from ragspine.retrieval.indexing.codec import decode_dense, decode_sparse, encode_dense, encode_sparse
+from ragspine.retrieval.indexing.codec import (
+    decode_dense,
+    decode_dense_array,
+    decode_sparse,
+    encode_dense,
+    encode_sparse,
+)
 from ragspine.retrieval.indexing.ledger import (
     DENSE,
     SPARSE,
@@ -16,6 +22,7 @@ __all__ = [
     "VectorLedger",
     "VectorSpace",
     "decode_dense",
+    "decode_dense_array",
     "decode_sparse",
     "encode_dense",
     "encode_sparse",

@@ -22,10 +22,16 @@ def encode_dense(vector: Sequence[float]) -> bytes:
 
 def decode_dense(data: bytes | memoryview) -> list[float]:
     """The vector ``encode_dense`` wrote (as Python floats)."""
-    raw = bytes(data)
+    return decode_dense_array(data).tolist()
+
+
+def decode_dense_array(data: bytes | memoryview) -> np.ndarray:
+    """The vector ``encode_dense`` wrote, as a read-only 1-D float64 array over ``data`` (no conversion to
+    Python floats: loading a library's vectors at start is one buffer view per vector)."""
+    raw = data if isinstance(data, bytes) else bytes(data)
     if not raw or len(raw) % 8:
         raise ValueError(f"stored dense vector has {len(raw)} bytes, not a whole number of float64 values")
-    return np.frombuffer(raw, dtype="<f8").tolist()
+    return np.frombuffer(raw, dtype="<f8")
 
 
 def encode_sparse(weights: Mapping[str, float]) -> bytes:

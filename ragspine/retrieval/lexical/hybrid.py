@@ -64,6 +64,11 @@ class SearchReport:
 VectorSink = Callable[[str, list[tuple[Chunk, object]]], None]
 
 
+def _as_row(vector: Sequence[float] | np.ndarray) -> np.ndarray:
+    """One stored dense vector as a 1-D float64 array (no copy when it already is one)."""
+    return np.asarray(vector, dtype=np.float64).reshape(-1)
+
+
 def validate_query(query: object) -> str:
     """Return ``query`` if it is a non-blank string; otherwise raise ``ValueError`` saying what to send."""
     if not isinstance(query, str):
@@ -139,7 +144,10 @@ class HybridRetriever:
         self._chunks: dict[str, Chunk] = {}
         # field -> value -> chunk ids; makes the keyword pre-filter (topic=..., entity=...) a set lookup.
         self._by_field: dict[str, dict[str, set[str]]] = {f: {} for f in METADATA_FIELDS}
-        self._vectors: MutableMapping[str, list[float]] = {} if embedding_cache is None else embedding_cache
+        self._vectors: MutableMapping[str, Any] = {} if embedding_cache is None else embedding_cache
+        # Without a caller's cache, vectors are kept as float64 arrays: the search matrix is then stacked
+        # from them (a copy) instead of converted from Python floats each time the vectors changed.
+        self._array_vectors = embedding_cache is None
         # Indexed chunks still without a dense vector / a sparse encoding.
         self._dense_pending: set[str] = set()
         self._sparse_pending: set[str] = set()
@@ -272,15 +280,16 @@ class HybridRetriever:
     def _same_version(chunk: Chunk, version: int | None) -> bool:
         return version is None or getattr(chunk, "version", version) == version
 
-    def set_vectors(self, items: Iterable[tuple[str, int | None, Sequence[float]]]) -> int:
+    def set_vectors(self, items: Iterable[tuple[str, int | None, Sequence[float] | np.ndarray]]) -> int:
         """Install dense vectors ``(chunk_id, version or None, vector)``; returns how many were installed.
 
         A vector is ignored unless its chunk is indexed at that version (a replaced version never
         gets one). Takes the lock only to install: no model call is made here.
         """
         with self._lock:
+            keep: Callable[[Sequence[float] | np.ndarray], Any] = _as_row if self._array_vectors else list
             fresh = [
-                (cid, list(vec))
+                (cid, keep(vec))
                 for cid, version, vec in items
                 if cid in self._chunks and self._same_version(self._chunks[cid], version)
             ]
@@ -292,7 +301,9 @@ class HybridRetriever:
                 if self.vector_store is not None and self.manage_vectors:
                     self.vector_store.upsert(
                         [
-                            VectorRecord(id=cid, vector=vec, metadata={"doc_id": self._chunks[cid].doc_id})
+                            VectorRecord(
+                                id=cid, vector=list(vec), metadata={"doc_id": self._chunks[cid].doc_id}
+                            )
                             for cid, vec in fresh
                         ]
                     )
@@ -603,7 +614,11 @@ class HybridRetriever:
                 self._dense_ids = []
                 self._dense = (np.zeros((0, 0), dtype=np.float64), {})
                 return self._dense
-            matrix = np.asarray([self._vectors[cid] for cid in ids], dtype=np.float64).reshape(len(ids), -1)
+            rows = [self._vectors[cid] for cid in ids]
+            if self._array_vectors:
+                matrix = np.stack(rows).astype(np.float64, copy=False)  # a fresh (n, dim) copy
+            else:
+                matrix = np.asarray(rows, dtype=np.float64).reshape(len(ids), -1)
             norms = np.linalg.norm(matrix, axis=1, keepdims=True)
             matrix /= np.where(norms == 0.0, 1.0, norms)
             self._dense_ids = ids

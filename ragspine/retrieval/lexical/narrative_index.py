@@ -34,7 +34,7 @@ from ragspine.retrieval.constants import (
 )
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of
 from ragspine.retrieval.indexing.codec import (
-    decode_dense,
+    decode_dense_array,
     decode_sparse,
     encode_dense,
     encode_sparse,
@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _CATCH_UP_EVERY_S = 5.0
+# ``drain_step`` reads this many batches' worth of pending chunks at once and embeds them sorted by length.
+_DRAIN_WINDOW_BATCHES = 4
 
 
 def approx_tokens(text: str) -> int:
@@ -164,6 +166,8 @@ class NarrativeIndex:
         self._caught_up_at: dict[str, float] = {}
         self._claims: dict[str, set[str]] = {DENSE: set(), SPARSE: set()}
         self._claim_lock = threading.Lock()
+        # kind -> [model id, batch, batch, ...]: the rest of the window ``_next_batch`` last read.
+        self._plans: dict[str, list[Any]] = {DENSE: [], SPARSE: []}
         self.embedded: dict[str, int] = {DENSE: 0, SPARSE: 0}  # passages this index embedded/encoded
         self._seq = store.change_seq()
         chunks = store.iter_chunks()
@@ -382,7 +386,7 @@ class NarrativeIndex:
     def _install(self, kind: str, stored: dict[str, tuple[int, bytes]]) -> int:
         if kind == DENSE:
             return self.retriever.set_vectors(
-                (cid, v, decode_dense(data)) for cid, (v, data) in stored.items()
+                (cid, v, decode_dense_array(data)) for cid, (v, data) in stored.items()
             )
         return self.retriever.set_sparse((cid, v, decode_sparse(data)) for cid, (v, data) in stored.items())
 
@@ -465,24 +469,12 @@ class NarrativeIndex:
             if model is None:
                 raise RuntimeError(f"the {kind} model cannot be identified yet (is the worker reachable?)")
             self._catch_up(kind, model)
-            with self._claim_lock:
-                exclude = set(self._claims[kind])
-            batch = self._ledger.pending_vector_chunks(kind, model, limit=max_items, exclude=exclude)
-            budget = max_tokens
-            taken: list[StoredChunk] = []
-            for chunk in batch:
-                cost = approx_tokens(self.retriever.index_text(chunk))
-                if taken and cost > budget:
-                    break
-                taken.append(chunk)
-                budget -= cost
-            if not taken:
+            planned = self._next_batch(kind, model, max_items, max_tokens)
+            if not planned:
                 continue
-            with self._claim_lock:
-                taken = [c for c in taken if c.chunk_id not in self._claims[kind]]
-                self._claims[kind].update(c.chunk_id for c in taken)
+            taken = [chunk for chunk, _ in planned]
             try:
-                texts = [self.retriever.index_text(c) for c in taken]
+                texts = [text for _, text in planned]
                 values: list[Any]
                 if kind == DENSE:
                     values = list(self.retriever.embedding_backend.embed_texts(texts))  # type: ignore[union-attr]
@@ -493,13 +485,71 @@ class NarrativeIndex:
                 computed = list(zip(taken, values, strict=True))
                 self.embedded[kind] += len(computed)
                 rows = self._encoded(kind, computed)
-                self._ledger.put_vectors(kind, model, rows, dim=self._dim(kind, computed))
-                self._install(kind, {cid: (version, data) for cid, version, data in rows})
+                if self._ledger.put_vectors(kind, model, rows, dim=self._dim(kind, computed)):
+                    # Nothing stored means the library's model was switched meanwhile (or every version
+                    # was replaced): those vectors must not be served either.
+                    self._install(kind, {cid: (version, data) for cid, version, data in rows})
                 done += len(taken)
             finally:
                 with self._claim_lock:
                     self._claims[kind].difference_update(c.chunk_id for c in taken)
         return done
+
+    def _next_batch(
+        self, kind: str, model: str, max_items: int, max_tokens: int
+    ) -> list[tuple[StoredChunk, str]]:
+        """The next batch to embed, claimed: ``(chunk, index text)`` of similar lengths; [] = none waiting.
+
+        A window of the oldest pending chunks (``_DRAIN_WINDOW_BATCHES`` batches' worth, by chunk id) is
+        sorted by text length and cut into batches of at most ``max_items`` passages and ``max_tokens``
+        approximate tokens; later steps take the window's next batch until it is used up, then read a new
+        window. A batch then holds passages of similar length, so the model pads little (a batch costs
+        its longest member times its size), and no chunk waits longer than its window. A planned chunk
+        is dropped when the index no longer holds it at that version (replaced, withdrawn, relabelled).
+        """
+        assert self._ledger is not None
+        with self._claim_lock:
+            plan = self._plans[kind]
+            if plan and plan[0] != model:  # the model was switched since the window was read
+                plan.clear()
+            while len(plan) > 1:
+                # Only what is still indexed at that version: a chunk replaced, withdrawn or relabelled
+                # RESTRICTED since the window was read is never sent to the model.
+                claimed = self._claims[kind]
+                batch = [(c, t) for c, t in plan.pop(1) if c.chunk_id not in claimed and self._current(c)]
+                if batch:
+                    self._claims[kind].update(c.chunk_id for c, _ in batch)
+                    return batch
+            plan.clear()
+            exclude = set(self._claims[kind])
+        window = self._ledger.pending_vector_chunks(
+            kind, model, limit=max_items * _DRAIN_WINDOW_BATCHES, exclude=exclude
+        )
+        if not window:
+            return []
+        pairs = sorted(
+            ((c, self.retriever.index_text(c)) for c in window), key=lambda p: (len(p[1]), p[0].chunk_id)
+        )
+        batches: list[list[tuple[StoredChunk, str]]] = [[]]
+        budget = max_tokens
+        for chunk, text in pairs:
+            cost = approx_tokens(text)
+            if batches[-1] and (len(batches[-1]) >= max_items or cost > budget):
+                batches.append([])
+                budget = max_tokens
+            batches[-1].append((chunk, text))
+            budget -= cost
+        with self._claim_lock:
+            first = [(c, t) for c, t in batches[0] if c.chunk_id not in self._claims[kind]]
+            self._claims[kind].update(c.chunk_id for c, _ in first)
+            if not self._plans[kind]:  # another thread may have planned meanwhile: keep its plan
+                self._plans[kind][:] = [model, *batches[1:]]
+        return first
+
+    def _current(self, chunk: StoredChunk) -> bool:
+        """True while the in-memory index holds ``chunk`` at its version (it never holds RESTRICTED ones)."""
+        indexed = self.retriever.chunk(chunk.chunk_id)
+        return indexed is not None and getattr(indexed, "version", None) == chunk.version
 
     def _catch_up(self, kind: str, model: str) -> None:
         """Install vectors that are in the store but not in memory (written by another process); looked
