@@ -87,6 +87,7 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
             ),
             admission=Admission(settings.worker_max_in_flight),
             fallback_reserve_s=settings.worker_fallback_reserve_s,
+            reserve_fraction=settings.worker_reserve_fraction,
         )
         embedding = RemoteEmbeddingBackend(worker) if mode.uses_embedding and specs.embedding else None
         reranker = RemoteReranker(worker) if specs.reranker else None
