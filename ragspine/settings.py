@@ -160,6 +160,7 @@ class Settings:
     # Ingestion limits (see ragspine.ingest.limits); each refusal names its variable.
     max_document_text_chars: int = 4_000_000  # extracted text per document
     max_document_pages: int = 2_000  # pages per PDF
+    max_chunks_per_document: int = 20_000  # chunks one document may split into
     max_page_pixels: int = 12_000_000  # pixels per rendered page: the DPI is lowered to fit
     max_document_pixels: int = 150_000_000  # rendered pixels per document (all pages)
     max_decompression_ratio: float = 40.0  # extracted text bytes per PDF byte (above 1 MiB of text)

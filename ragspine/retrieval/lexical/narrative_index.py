@@ -23,6 +23,7 @@ from ragspine.common.sensitivity import (
     classify_sensitivity,
     effective_sensitivity,
 )
+from ragspine.ingest.limits import check_chunk_count
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, StoredChunk
@@ -124,7 +125,19 @@ class NarrativeIndex:
         sensitivity_policy: SensitivityPolicy | None = None,
         defer_vectors: bool = False,
         retriever_factory: Callable[..., Any] | None = None,
+        max_chunks_per_document: int | None = None,
     ) -> None:
+        """``max_chunks_per_document`` (None = no limit) refuses, with ``LimitExceededError`` and before
+        anything is written, a document that splits into more chunks."""
+        if max_chunks_per_document is not None and (
+            isinstance(max_chunks_per_document, bool)
+            or not isinstance(max_chunks_per_document, int)
+            or max_chunks_per_document < 1
+        ):
+            raise ValueError(
+                f"max_chunks_per_document must be an integer >= 1, got {max_chunks_per_document!r}"
+            )
+        self.max_chunks_per_document = max_chunks_per_document
         if persistence_policy not in (None, "memory"):
             raise ValueError(
                 f"persistence_policy {persistence_policy!r} is not supported; use None or 'memory'"
@@ -199,8 +212,13 @@ class NarrativeIndex:
         *,
         chunker: str | Callable[..., list[Chunk]] | None = None,
         in_transaction: Callable[[Any], None] | None = None,
+        max_chunks: int | None = None,
     ) -> int:
         """Chunk ``text`` and store it as the new version of ``meta.doc_id``; returns chunks written.
+
+        A document splitting into more than ``max_chunks`` chunks (default: the index's
+        ``max_chunks_per_document``) raises ``LimitExceededError`` (a ``ValueError``) before anything is
+        written.
 
         ``chunker`` overrides the index's chunker for this document: a callable, or a name for
         ``make_chunker`` (``"layout"``, ``"parent_child"``, ...). Returns 0 when the document is unchanged.
@@ -215,6 +233,8 @@ class NarrativeIndex:
         elif callable(chunker):
             chunk_fn = chunker
         chunks = chunk_fn(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
+        limit = self.max_chunks_per_document if max_chunks is None else max_chunks
+        check_chunk_count(len(chunks), limit, source=f"document {meta.doc_id!r}")
         written = self._replace(meta.doc_id, chunks, valid_as_of, in_transaction)
         self.sync()
         return written
@@ -261,6 +281,7 @@ class NarrativeIndex:
         for text, raw_meta in documents:
             meta = self.labelled(text, raw_meta)
             chunks = self.chunker(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
+            check_chunk_count(len(chunks), self.max_chunks_per_document, source=f"document {meta.doc_id!r}")
             written += self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
             if progress is not None:
                 progress(1)
