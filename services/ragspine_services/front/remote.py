@@ -28,6 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ragspine_services._gen import model_worker_pb2, model_worker_pb2_grpc
 from ragspine_services.common.breaker import (
+    OPEN,
     Admission,
     AdmissionRefusedError,
     CircuitBreaker,
@@ -208,10 +209,14 @@ class WorkerClient:
                     raise BackendUnavailableError(
                         f"model worker {method} abandoned: another call found the worker hung or too slow"
                     ) from None
-                elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    self._trip()  # a call that ran out of time means a hung or slow worker: open at once
+                elif code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout >= self.admission.hang_s():
+                    # It had longer than the worker's hang threshold and still ran out: the worker is
+                    # hung or far slower than usual. Open at once.
+                    self._trip()
                 else:
-                    self.breaker.record_failure()
+                    # A budget shorter than that (a short caller deadline on a loaded machine) says
+                    # less: it counts towards the breaker's failure threshold like any failure.
+                    self._failed()
                 name = code.name if code is not None else "UNKNOWN"
                 detail = exc.details() if hasattr(exc, "details") else ""
                 raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
@@ -224,14 +229,22 @@ class WorkerClient:
         finally:
             self.admission.release(ticket, elapsed)
 
-    def _trip(self) -> None:
-        """Open the breaker and abandon every other call still waiting on the worker: they would only
-        spend what is left of their callers' deadlines on a worker known to be hung or too slow."""
-        self.breaker.record_failure(trip=True)
+    def _failed(self) -> None:
+        self.breaker.record_failure()
+        if self.breaker.state == OPEN:
+            self._abandon_waiting()
+
+    def _abandon_waiting(self) -> None:
         with self._in_flight_lock:
             waiting, self._in_flight = list(self._in_flight), set()
         for future in waiting:
             future.cancel()
+
+    def _trip(self) -> None:
+        """Open the breaker and abandon every other call still waiting on the worker: they would only
+        spend what is left of their callers' deadlines on a worker known to be hung or too slow."""
+        self.breaker.record_failure(trip=True)
+        self._abandon_waiting()
 
     def _probe(self, method: str, call: Any, timeout: float) -> NoReturn:
         """Send the half-open probe in the background and degrade this caller at once: no caller waits
