@@ -137,6 +137,7 @@ class HybridRetriever:
         self._lock = threading.RLock()
         # Orders writes to ``vector_store``; searches never take it.
         self._store_lock = threading.Lock()
+        self._local = threading.local()
         self._lex = InvertedIndex(k1=k1, b=b)
         self._chunks: dict[str, Chunk] = {}
         # Write generation: bumped by every add; ``_written_at`` holds the generation each chunk was
@@ -215,17 +216,24 @@ class HybridRetriever:
 
     def replace_chunks(self, remove_ids: Iterable[str], chunks: Iterable[Chunk]) -> None:
         """Remove ``remove_ids`` and index ``chunks`` as one step: no search sees half of the change."""
-        batch = self._indexable(chunks)
+        deferred: list[str] = []
         with self._lock:
-            dropped = self._drop_ids([cid for cid in remove_ids if cid in self._chunks])
-            if batch:
-                dropped += self._add_locked(batch)
-        self._store_delete(dropped)
+            self._local.deferred = deferred  # the nested calls leave their vector-store deletes to us
+            try:
+                self.remove_chunks(remove_ids)
+                self.add_chunks(chunks)
+            finally:
+                self._local.deferred = None
+        self._store_delete(deferred)
 
     def _store_delete(self, ids: list[str]) -> None:
         """Delete the stored vectors of dropped chunks (no index lock held). A chunk indexed again since
         keeps its row: its new vector replaces it when it arrives."""
         if not ids or self.vector_store is None or not self.manage_vectors:
+            return
+        deferred = getattr(self._local, "deferred", None)
+        if deferred is not None:  # inside replace_chunks, which still holds the index lock
+            deferred.extend(ids)
             return
         with self._store_lock:
             # A chunk indexed again that already has its new vector keeps the row set_vectors wrote.
