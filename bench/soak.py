@@ -156,6 +156,23 @@ def client(i: int, address: str, deadline_s: float, stats: Stats, stop: threadin
                 time.sleep(0.05)
 
 
+def rss_slope(series: list[tuple[float, float, float]], *, skip_fraction: float = 0.25) -> float | None:
+    """Least-squares slope of the front's RSS in MB per minute over the run after its first
+    ``skip_fraction`` (warm-up: caches, SQLite pages and thread stacks filling to their bounds)."""
+    if not series:
+        return None
+    cut = series[-1][0] * skip_fraction
+    points = [(t / 60.0, front) for t, front, _ in series if t >= cut]
+    if len(points) < 3:
+        return None
+    mean_t = statistics.fmean(t for t, _ in points)
+    mean_m = statistics.fmean(m for _, m in points)
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return sum((t - mean_t) * (m - mean_m) for t, m in points) / var
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -277,6 +294,7 @@ def main() -> None:
             phase: round(stats.degraded[phase] / stats.answers[phase], 3) for phase in sorted(stats.answers)
         },
         "rss_mb": [{"t_s": t, "front": f, "worker": w} for t, f, w in rss],
+        "front_rss_slope_mb_per_min": None if (slope := rss_slope(rss)) is None else round(slope, 3),
         "events": events,
     }
     if args.json:
@@ -299,6 +317,8 @@ def main() -> None:
         f"front RSS MB: start {first[1]}  end {last[1]}  max {peak_front}   "
         f"worker RSS MB (latest process): {last[2]}"
     )
+    slope_text = "n/a" if slope is None else f"{slope:+.3f} MB/min"
+    print(f"front RSS slope after the first quarter (least squares): {slope_text}")
     print("RSS series (t s, front MB, worker MB):", rss)
 
 

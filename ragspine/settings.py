@@ -153,12 +153,18 @@ class Settings:
     vector_batch_tokens: int = 4096
     # The front against a slow, hung or dead worker (see ragspine_services.common.breaker).
     worker_fallback_reserve_s: float = 0.05  # least time kept from a caller's deadline for the lexical answer
+    worker_reserve_fraction: float = 0.5  # share of the time left kept from a worker call (if more)
     worker_breaker_failures: int = 3  # consecutive failed worker calls that open the circuit breaker
     worker_breaker_open_s: float = 0.5  # seconds the breaker stays open before a half-open probe
     worker_max_in_flight: int = 64  # concurrent front->worker calls; more are shed (answers degrade)
+    # How long a library's served index may trust its last look at the store's change log when this
+    # front wrote nothing since (writes by other replicas show within it); 0 = look on every query.
+    store_change_poll_s: float = 0.02
+    library_list_poll_s: float = 1.0  # how long the list of libraries on disk is reused by queries
     # Ingestion limits (see ragspine.ingest.limits); each refusal names its variable.
     max_document_text_chars: int = 4_000_000  # extracted text per document
     max_document_pages: int = 2_000  # pages per PDF
+    max_chunks_per_document: int = 20_000  # chunks one document may split into
     max_page_pixels: int = 12_000_000  # pixels per rendered page: the DPI is lowered to fit
     max_document_pixels: int = 150_000_000  # rendered pixels per document (all pages)
     max_decompression_ratio: float = 40.0  # extracted text bytes per PDF byte (above 1 MiB of text)

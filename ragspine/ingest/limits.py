@@ -30,9 +30,10 @@ class IngestLimits:
     max_document_pixels: int = 150_000_000
     max_decompression_ratio: float = 40.0
     memory_bytes: int = 0
+    max_chunks: int = 20_000
 
     def __post_init__(self) -> None:
-        for name in ("max_text_chars", "max_pages", "max_page_pixels", "max_document_pixels"):
+        for name in ("max_text_chars", "max_pages", "max_page_pixels", "max_document_pixels", "max_chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_decompression_ratio <= 0 or self.memory_bytes < 0:
@@ -47,6 +48,7 @@ class IngestLimits:
             max_document_pixels=settings.max_document_pixels,
             max_decompression_ratio=settings.max_decompression_ratio,
             memory_bytes=settings.parse_memory_bytes,
+            max_chunks=settings.max_chunks_per_document,
         )
 
     def check_text(self, chars: int, *, source: str, input_bytes: int = 0) -> None:
@@ -64,9 +66,24 @@ class IngestLimits:
                 "RAGSPINE_MAX_DECOMPRESSION_RATIO)"
             )
 
+    def check_chunks(self, chunks: int, *, source: str) -> None:
+        """Raise when a document splits into more than ``max_chunks`` chunks."""
+        check_chunk_count(chunks, self.max_chunks, source=source)
+
     def check_pages(self, pages: int, *, source: str) -> None:
         if pages > self.max_pages:
             raise LimitExceededError(
                 f"{source} has {pages} pages; the limit is {self.max_pages} (max_document_pages, set "
                 "RAGSPINE_MAX_DOCUMENT_PAGES)"
             )
+
+
+def check_chunk_count(chunks: int, limit: int | None, *, source: str) -> None:
+    """Raise ``LimitExceededError`` when ``chunks`` exceeds ``limit`` (None = no limit); the message names
+    the setting. Checked after chunking and before anything is written, so the stored version stays."""
+    if limit is not None and chunks > limit:
+        raise LimitExceededError(
+            f"{source} splits into {chunks} chunks; the limit is {limit} per document (limit "
+            "max_chunks_per_document, set RAGSPINE_MAX_CHUNKS_PER_DOCUMENT); split the document or use "
+            "a chunker with larger chunks"
+        )

@@ -140,6 +140,7 @@ def assemble_index(
         "vector_store": vector_store,
         "reranker": reranker if reranker is not None else resolve_reranker(settings, sparse),
         "sparse_encoder": sparse,
+        "max_chunks_per_document": settings.max_chunks_per_document,
     }
     if settings.company_config.strip():
         # Documents ingested through this index are labelled by the domain profile's sensitivity policy.

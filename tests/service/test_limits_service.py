@@ -96,3 +96,27 @@ def test_stream_limits(make_front: Any) -> None:
     stream = (pb.IngestStreamRequest(library="lib", document=d) for d in big)
     error = _refused(lambda: front.stub.IngestStream(stream, timeout=10))
     assert "RAGSPINE_MAX_STREAM_BYTES" in error.details()
+
+
+LONG_TEXT = "\n\n".join(
+    f"Section {n} about gripper calibration. " + "calibrate the gripper " * 17 for n in range(10)
+)
+
+
+@pytest.mark.parametrize("where", ["front limits", "settings"])
+def test_chunks_per_document_limit_over_grpc(make_front: Any, where: str) -> None:
+    if where == "front limits":  # the limits object the servicer passes to every ingest
+        front = make_front(limits=FrontLimits.from_settings(_settings(max_chunks_per_document=3)))
+    else:  # RAGSPINE_MAX_CHUNKS_PER_DOCUMENT through the front's settings (and so its indexes)
+        front = make_front(max_chunks_per_document=3)
+    keep = pb.Document(doc_id="manual", text="The forklift battery lasts nine hours.")
+    front.stub.Ingest(pb.IngestRequest(library="lib", documents=[keep]), timeout=10)
+    doc = pb.Document(doc_id="manual", text=LONG_TEXT)  # would replace "manual" with > 3 chunks
+    error = _refused(lambda: front.stub.Ingest(pb.IngestRequest(library="lib", documents=[doc]), timeout=10))
+    assert "RAGSPINE_MAX_CHUNKS_PER_DOCUMENT" in error.details() and "'manual'" in error.details()
+    assert _found(front, "forklift battery") == ["manual"]  # the stored version is still served
+    assert _found(front, "gripper calibration") == []
+    # Reverse proof: the same document within a larger limit is accepted.
+    roomy = make_front(limits=FrontLimits.from_settings(_settings(max_chunks_per_document=100)))
+    response = roomy.stub.Ingest(pb.IngestRequest(library="lib", documents=[doc]), timeout=10)
+    assert response.results[0].chunks_written > 3

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
@@ -191,15 +192,27 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
 
     _LEDGER_COLUMNS = _COLUMN_NAMES
 
-    def __init__(self, db_path: str | PathLike[str]) -> None:
+    def __init__(self, db_path: str | PathLike[str], *, change_poll_s: float = 0.0) -> None:
+        """``change_poll_s`` > 0 lets ``change_seq`` answer from memory for that long when this store
+        object has committed nothing since it last looked (a server polling for changes on every query);
+        changes committed through another connection then show within ``change_poll_s``."""
         path = str(db_path)
         if not path.strip():
             raise ValueError("db_path is empty; give a file path or ':memory:'")
+        if not isinstance(change_poll_s, int | float) or isinstance(change_poll_s, bool) or change_poll_s < 0:
+            raise ValueError(f"change_poll_s must be a number >= 0, got {change_poll_s!r}")
+        self.change_poll_s = float(change_poll_s)
+        # Commits made through this object (bumped after each); change_seq's cache: (seq, when, commits).
+        self._commits = 0
+        self._seq_seen: tuple[int, float, int] | None = None
         self._path = path
         self._lock = threading.RLock()
         # execute_read's own connection (opened read-only on first use) and its lock.
         self._read_conn: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
+        # change_seq's own read-only connection: polling for changes never waits behind a writer.
+        self._seq_conn: sqlite3.Connection | None = None
+        self._seq_lock = threading.Lock()
         # Resolved now so that a later change of working directory cannot point reads at another file.
         self._read_uri = "" if path == ":memory:" else f"{Path(path).resolve().as_uri()}?mode=ro"
         try:
@@ -234,10 +247,13 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
 
     def close(self) -> None:
         """Close the connections. Safe to call twice; any later call on the store raises ``ValueError``."""
-        with self._lock, self._read_lock:
+        with self._lock, self._read_lock, self._seq_lock:
             if self._read_conn is not None:
                 self._read_conn.close()
                 self._read_conn = None
+            if self._seq_conn is not None:
+                self._seq_conn.close()
+                self._seq_conn = None
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -264,6 +280,7 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
             try:
                 yield conn
                 conn.execute("COMMIT")
+                self._commits += 1
             except BaseException:
                 # SQLite may already have rolled back (disk full, I/O error); a second ROLLBACK would
                 # raise and hide the original error.
@@ -635,9 +652,46 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
     # ------------------------------------------------------------------ change tracking
 
     def change_seq(self) -> int:
-        """Sequence number of the latest change-log entry (0 when nothing was ever written)."""
-        with self._lock:
-            row = self._connection().execute(f"SELECT max(seq) FROM {_LOG}").fetchone()
+        """Sequence number of the latest change-log entry (0 when nothing was ever written).
+
+        File stores read it on a connection of its own (WAL readers never wait for the writer), so a
+        query checking for changes is not held up by an ingest transaction in progress; with
+        ``change_poll_s`` the last answer is reused for that long unless this object committed since."""
+        seen = self._seq_seen
+        if (
+            seen is not None
+            and seen[2] == self._commits
+            and time.monotonic() - seen[1] < self.change_poll_s
+        ):
+            return seen[0]
+        commits = self._commits
+        if self.change_poll_s > 0 and seen is not None and seen[2] == commits and self._path != ":memory:":
+            # Only time ran out: when another thread is reading the log right now, its answer is
+            # no older than this caller could get; do not queue behind it.
+            if not self._seq_lock.acquire(blocking=False):
+                return seen[0]
+            self._seq_lock.release()
+        asked = time.monotonic()
+        seq = self._read_change_seq()
+        self._seq_seen = (seq, asked, commits)
+        return seq
+
+    def _read_change_seq(self) -> int:
+        if self._path == ":memory:":
+            with self._lock:
+                row = self._connection().execute(f"SELECT max(seq) FROM {_LOG}").fetchone()
+                return int(row[0] or 0)
+        with self._seq_lock:
+            self._connection()  # raises once the store is closed
+            if self._seq_conn is None:
+                self._seq_conn = sqlite3.connect(
+                    self._read_uri,
+                    uri=True,
+                    timeout=_BUSY_TIMEOUT_S,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            row = self._seq_conn.execute(f"SELECT max(seq) FROM {_LOG}").fetchone()
             return int(row[0] or 0)
 
     def changes_since(self, seq: int) -> tuple[int, list[str]]:

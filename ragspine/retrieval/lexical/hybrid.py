@@ -100,7 +100,11 @@ class HybridRetriever:
     report says ``partial`` with the ``pending`` count.
 
     Writes (``add_chunks``/``remove_chunks``) and searches may come from different threads; they are
-    serialised by an internal lock, which is never held across a model call.
+    serialised by an internal lock, which is never held across a model call or a call to an external
+    ``vector_store``: a search takes a snapshot (its candidates and the index's write generation) under the
+    lock, calls the model and the vector store outside it, and merges under the lock again, dropping any
+    hit whose chunk was written after the snapshot (a version the outside call did not see). Writes to
+    the vector store are made after the index lock is released, in order (``_store_lock``).
     """
 
     def __init__(
@@ -140,8 +144,15 @@ class HybridRetriever:
         # Applied to vectors computed here so they rank exactly as they will after a reload from the store.
         self.vector_round_trip = vector_round_trip
         self._lock = threading.RLock()
+        # Orders writes to ``vector_store``; searches never take it.
+        self._store_lock = threading.Lock()
+        self._local = threading.local()
         self._lex = InvertedIndex(k1=k1, b=b)
         self._chunks: dict[str, Chunk] = {}
+        # Write generation: bumped by every add; ``_written_at`` holds the generation each chunk was
+        # (re)indexed at, so a search can tell a chunk written after its snapshot.
+        self._generation = 0
+        self._written_at: dict[str, int] = {}
         # field -> value -> chunk ids; makes the keyword pre-filter (topic=..., entity=...) a set lookup.
         self._by_field: dict[str, dict[str, set[str]]] = {f: {} for f in METADATA_FIELDS}
         self._vectors: MutableMapping[str, Any] = {} if embedding_cache is None else embedding_cache
@@ -181,44 +192,81 @@ class HybridRetriever:
         Returns the number of chunks indexed. Their vectors are computed later (lazily, or by whoever
         calls ``set_vectors``), never here, so a write never waits on a model.
         """
+        batch = self._indexable(chunks)
+        if not batch:
+            return 0
+        with self._lock:
+            dropped = self._add_locked(batch)
+        self._store_delete(dropped)
+        return len(batch)
+
+    @staticmethod
+    def _indexable(chunks: Iterable[Chunk]) -> list[Chunk]:
+        """The chunks to index (RESTRICTED ones left out); ``ValueError`` for anything not a Chunk."""
         batch: list[Chunk] = []
         for chunk in chunks:
             if not isinstance(chunk, Chunk):
                 raise ValueError(f"expected Chunk objects, got {type(chunk).__name__}")
-            if is_restricted(chunk.sensitivity):
-                continue
-            batch.append(chunk)
-        if not batch:
-            return 0
-        with self._lock:
-            self._drop_ids([c.chunk_id for c in batch if c.chunk_id in self._chunks])
-            self._lex.add_many((c.chunk_id, tokenize(self.index_text(c))) for c in batch)
-            for c in batch:
-                self._chunks[c.chunk_id] = c
-                for f in METADATA_FIELDS:
-                    self._by_field[f].setdefault(getattr(c, f), set()).add(c.chunk_id)
-            if self._docs is not None:
-                self._docs.refresh(self._chunks, batch, self.index_text)
-            if self.embedding_backend is not None:
-                self._dense_pending.update(c.chunk_id for c in batch if c.chunk_id not in self._vectors)
-            if self.sparse_encoder is not None:
-                self._sparse_pending.update(c.chunk_id for c in batch)
-        return len(batch)
+            if not is_restricted(chunk.sensitivity):
+                batch.append(chunk)
+        return batch
+
+    def _add_locked(self, batch: list[Chunk]) -> list[str]:
+        """Index ``batch`` (lock held); returns the ids whose stored vectors must go (replaced chunks)."""
+        dropped = self._drop_ids([c.chunk_id for c in batch if c.chunk_id in self._chunks])
+        self._lex.add_many((c.chunk_id, tokenize(self.index_text(c))) for c in batch)
+        self._generation += 1
+        for c in batch:
+            self._chunks[c.chunk_id] = c
+            self._written_at[c.chunk_id] = self._generation
+            for f in METADATA_FIELDS:
+                self._by_field[f].setdefault(getattr(c, f), set()).add(c.chunk_id)
+        if self._docs is not None:
+            self._docs.refresh(self._chunks, batch, self.index_text)
+        if self.embedding_backend is not None:
+            self._dense_pending.update(c.chunk_id for c in batch if c.chunk_id not in self._vectors)
+        if self.sparse_encoder is not None:
+            self._sparse_pending.update(c.chunk_id for c in batch)
+        return dropped
 
     def remove_chunks(self, chunk_ids: Iterable[str]) -> int:
         """Drop chunks from every index (unknown ids are ignored). Returns how many were removed."""
         with self._lock:
-            return self._drop_ids([cid for cid in chunk_ids if cid in self._chunks])
+            dropped = self._drop_ids([cid for cid in chunk_ids if cid in self._chunks])
+        self._store_delete(dropped)
+        return len(dropped)
 
     def replace_chunks(self, remove_ids: Iterable[str], chunks: Iterable[Chunk]) -> None:
         """Remove ``remove_ids`` and index ``chunks`` as one step: no search sees half of the change."""
+        deferred: list[str] = []
         with self._lock:
-            self.remove_chunks(remove_ids)
-            self.add_chunks(chunks)
+            self._local.deferred = deferred  # the nested calls leave their vector-store deletes to us
+            try:
+                self.remove_chunks(remove_ids)
+                self.add_chunks(chunks)
+            finally:
+                self._local.deferred = None
+        self._store_delete(deferred)
 
-    def _drop_ids(self, ids: list[str]) -> int:
+    def _store_delete(self, ids: list[str]) -> None:
+        """Delete the stored vectors of dropped chunks (no index lock held). A chunk indexed again since
+        keeps its row: its new vector replaces it when it arrives."""
+        if not ids or self.vector_store is None or not self.manage_vectors:
+            return
+        deferred = getattr(self._local, "deferred", None)
+        if deferred is not None:  # inside replace_chunks, which still holds the index lock
+            deferred.extend(ids)
+            return
+        with self._store_lock:
+            # A chunk indexed again that already has its new vector keeps the row set_vectors wrote.
+            gone = [cid for cid in ids if cid not in self._vectors]
+            if gone:
+                self.vector_store.delete(where={"id": gone})
+
+    def _drop_ids(self, ids: list[str]) -> list[str]:
+        """Forget ``ids`` (lock held); returns them for ``_store_delete`` once the lock is released."""
         if not ids:
-            return 0
+            return []
         self._lex.remove_many(ids)
         self._sparse.remove_many(ids)
         self._dense = None
@@ -234,11 +282,10 @@ class HybridRetriever:
                     if not bucket:
                         del self._by_field[f][getattr(chunk, f)]
             self._vectors.pop(cid, None)
+            self._written_at.pop(cid, None)
         if self._docs is not None:
             self._docs.refresh(self._chunks, dropped, self.index_text)
-        if self.vector_store is not None and self.manage_vectors:
-            self.vector_store.delete(where={"id": list(ids)})
-        return len(ids)
+        return ids
 
     # ------------------------------------------------------------------ vectors from outside
     def chunk(self, chunk_id: str) -> Chunk | None:
@@ -258,10 +305,10 @@ class HybridRetriever:
 
     def clear_vectors(self, kind: str) -> None:
         """Forget every ``"dense"`` vector or ``"sparse"`` encoding (the model changed): all pending again."""
+        everything: list[str] = []
         with self._lock:
             if kind == "dense":
-                if self.vector_store is not None and self.manage_vectors and self._chunks:
-                    self.vector_store.delete(where={"id": list(self._chunks)})
+                everything = list(self._chunks)
                 self._vectors.clear()
                 self._dense = None
                 if self.embedding_backend is not None:
@@ -270,6 +317,9 @@ class HybridRetriever:
                 self._sparse.remove_many(list(self._chunks))
                 if self.sparse_encoder is not None:
                     self._sparse_pending = set(self._chunks)
+        if everything and self.vector_store is not None and self.manage_vectors:
+            with self._store_lock:
+                self.vector_store.delete(where={"id": everything})
 
     def pending_count(self) -> int:
         """Indexed chunks missing a vector of any configured channel."""
@@ -284,30 +334,33 @@ class HybridRetriever:
         """Install dense vectors ``(chunk_id, version or None, vector)``; returns how many were installed.
 
         A vector is ignored unless its chunk is indexed at that version (a replaced version never
-        gets one). Takes the lock only to install: no model call is made here.
+        gets one). Takes the lock only to install: no model call is made here, and the copy kept in
+        ``vector_store`` is written after the lock is released.
         """
         with self._lock:
             keep: Callable[[Sequence[float] | np.ndarray], Any] = _as_row if self._array_vectors else list
             fresh = [
-                (cid, keep(vec))
+                (cid, keep(vec), self._chunks[cid])
                 for cid, version, vec in items
                 if cid in self._chunks and self._same_version(self._chunks[cid], version)
             ]
-            for cid, vec in fresh:
+            for cid, vec, _ in fresh:
                 self._vectors[cid] = vec
                 self._dense_pending.discard(cid)
             if fresh:
                 self._dense = None
-                if self.vector_store is not None and self.manage_vectors:
+        if fresh and self.vector_store is not None and self.manage_vectors:
+            with self._store_lock:
+                # Only chunks still indexed as they were: a drop meanwhile deletes after this write.
+                kept = [(cid, vec, chunk) for cid, vec, chunk in fresh if self._chunks.get(cid) is chunk]
+                if kept:
                     self.vector_store.upsert(
                         [
-                            VectorRecord(
-                                id=cid, vector=list(vec), metadata={"doc_id": self._chunks[cid].doc_id}
-                            )
-                            for cid, vec in fresh
+                            VectorRecord(id=cid, vector=list(vec), metadata={"doc_id": chunk.doc_id})
+                            for cid, vec, chunk in kept
                         ]
                     )
-            return len(fresh)
+        return len(fresh)
 
     def set_sparse(self, items: Iterable[tuple[str, int | None, Mapping[str, float]]]) -> int:
         """Install sparse encodings ``(chunk_id, version or None, weights)``; like ``set_vectors``."""
@@ -457,6 +510,22 @@ class HybridRetriever:
                 report.degraded.append("sparse")
                 report.errors["sparse"] = f"{type(exc).__name__}: {exc}"
             sparse_ms = (time.perf_counter() - t3) * 1000.0
+        external: list[tuple[str, float]] | None = None
+        generation = 0
+        if qvec is not None and self.vector_store is not None:
+            # The external vector store is queried with no lock held; hits written after the snapshot
+            # (``generation``) are dropped when merging below.
+            t2 = time.perf_counter()
+            with self._lock:
+                generation = self._generation
+                pool = self._candidates(keyword, metadata_filter)
+            try:
+                external = self._store_ranking(qvec, pool, k)
+            except Exception as exc:
+                report.degraded.append("embedding")
+                report.errors["embedding"] = f"{type(exc).__name__}: {exc}"
+                qvec = None
+            dense_ms += (time.perf_counter() - t2) * 1000.0
         with self._lock:
             t_filter = time.perf_counter()
             candidates = self._candidates(keyword, metadata_filter)
@@ -491,7 +560,10 @@ class HybridRetriever:
                 t2 = time.perf_counter()
                 if qvec is not None:
                     try:
-                        vector_hits = self._vector_ranking(qvec, candidates, k)
+                        if external is not None:
+                            vector_hits = self._merge_external(external, candidates, generation)
+                        else:
+                            vector_hits = self._vector_ranking(qvec, candidates, k)
                     except Exception as exc:
                         report.degraded.append("embedding")
                         report.errors["embedding"] = f"{type(exc).__name__}: {exc}"
@@ -625,15 +697,37 @@ class HybridRetriever:
             self._dense = (matrix, {cid: i for i, cid in enumerate(ids)})
         return self._dense
 
+    def _store_ranking(self, q: np.ndarray, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
+        """Ranking by the external vector store (called with no lock held)."""
+        assert self.vector_store is not None
+        if candidates is not None and not candidates:
+            return []
+        where = None if candidates is None else {"id": list(candidates)}
+        return [(h.id, float(h.score)) for h in self.vector_store.query(list(q), k=k, where=where)]
+
+    def _merge_external(
+        self, hits: list[tuple[str, float]], candidates: list[str] | None, generation: int
+    ) -> list[tuple[str, float]]:
+        """(Lock held) The vector-store hits still valid now: indexed, unchanged since ``generation``
+        (a chunk written later may be another version than the vector the store scored) and among the
+        current candidates."""
+        allowed = None if candidates is None else set(candidates)
+        written = self._written_at
+        return [
+            (cid, score)
+            for cid, score in hits
+            if cid in self._chunks
+            and written.get(cid, 0) <= generation
+            and (allowed is None or cid in allowed)
+        ]
+
     def _vector_ranking(self, q: np.ndarray, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
         """Cosine ranking of the candidates (None = all) that have a vector; the others wait."""
         pool = list(self._chunks) if candidates is None else candidates
         if not pool:
             return []
         if self.vector_store is not None:
-            where = None if candidates is None else {"id": list(pool)}
-            hits = self.vector_store.query(list(q), k=k, where=where)
-            return [(h.id, float(h.score)) for h in hits if h.id in self._chunks]
+            return self._merge_external(self._store_ranking(q, candidates, k), candidates, self._generation)
         matrix, rows = self._dense_matrix()  # (m, dim) unit rows
         if not rows:
             return []

@@ -52,6 +52,9 @@ from ragspine.retrieval.lexical.bm25 import bm25_idf, validate_bm25_params
 _BATCH_TOKENS = 1 << 21
 _DEFAULT_CACHE_BYTES = 256 << 20
 _MERGE_SLICE = 1 << 22  # postings per slice while merging segments
+# Dead terms are dropped from the vocabulary (at a full merge) only once there are more of them than
+# live terms and more than this many, so small indexes do not renumber on every merge.
+_MIN_VOCAB_PRUNE = 1024
 
 
 @dataclass(frozen=True)
@@ -297,7 +300,8 @@ class InvertedIndex:
 
     @property
     def vocabulary_size(self) -> int:
-        """Number of distinct terms ever indexed (terms are not forgotten when documents go)."""
+        """Number of distinct terms known: every term of a live document, plus terms of withdrawn or replaced
+        documents until a full merge drops them (once they outnumber the live terms)."""
         return len(self._vocab)
 
     def slot(self, key: str) -> int:
@@ -487,6 +491,30 @@ class InvertedIndex:
         self._slot_key[:n_live] = live_keys
         self._slot_of = {str(k): i for i, k in enumerate(live_keys.tolist())}
         self._n_slots = n_live
+        self._prune_vocabulary()
+
+    def _prune_vocabulary(self) -> None:
+        """After a full merge (one segment): forget terms no live document holds and renumber the rest
+        densely in the same order, once they are at least half of the vocabulary. A corpus whose
+        documents are replaced again and again (new dates, ids, numbers in every version) would
+        otherwise grow the vocabulary without bound."""
+        live_terms = self._segments[0].terms if self._segments else np.zeros(0, dtype=np.int64)
+        if len(self._vocab) - live_terms.shape[0] <= max(live_terms.shape[0], _MIN_VOCAB_PRUNE):
+            return
+        new_id = np.full(len(self._vocab), -1, dtype=np.int64)
+        new_id[live_terms] = np.arange(live_terms.shape[0], dtype=np.int64)
+        renumber = new_id.tolist()
+        self._vocab = {term: renumber[i] for term, i in self._vocab.items() if renumber[i] >= 0}
+        if self._segments:
+            seg = self._segments[0]
+            self._segments = [
+                _Segment(
+                    terms=np.arange(live_terms.shape[0], dtype=np.int64),
+                    indptr=seg.indptr,
+                    slots=seg.slots,
+                    tf=seg.tf,
+                )
+            ]
 
     def _resize(self, size: int) -> None:
         """Reallocate the per-slot arrays to ``size`` entries, keeping the first ``n_slots``."""

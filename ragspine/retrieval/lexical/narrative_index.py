@@ -23,6 +23,7 @@ from ragspine.common.sensitivity import (
     classify_sensitivity,
     effective_sensitivity,
 )
+from ragspine.ingest.limits import check_chunk_count
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, StoredChunk
@@ -127,7 +128,19 @@ class NarrativeIndex:
         defer_vectors: bool = False,
         retriever_factory: Callable[..., Any] | None = None,
         doc_weight: float = 0.0,
+        max_chunks_per_document: int | None = None,
     ) -> None:
+        """``max_chunks_per_document`` (None = no limit) refuses, with ``LimitExceededError`` and before
+        anything is written, a document that splits into more chunks."""
+        if max_chunks_per_document is not None and (
+            isinstance(max_chunks_per_document, bool)
+            or not isinstance(max_chunks_per_document, int)
+            or max_chunks_per_document < 1
+        ):
+            raise ValueError(
+                f"max_chunks_per_document must be an integer >= 1, got {max_chunks_per_document!r}"
+            )
+        self.max_chunks_per_document = max_chunks_per_document
         if persistence_policy not in (None, "memory"):
             raise ValueError(
                 f"persistence_policy {persistence_policy!r} is not supported; use None or 'memory'"
@@ -162,7 +175,8 @@ class NarrativeIndex:
         )
         self._models: dict[str, str] = {}  # kind -> the model id verified against the store
         self._model_retry_at: dict[str, float] = {}
-        self._model_lock = threading.Lock()  # serialises identifying the models (never the index lock)
+        self._model_lock = threading.Lock()  # serialises recording the models (never across a model call)
+        self._identify_lock = threading.Lock()  # one thread asks a model for its id; none waits on it
         self._caught_up_at: dict[str, float] = {}
         self._claims: dict[str, set[str]] = {DENSE: set(), SPARSE: set()}
         self._claim_lock = threading.Lock()
@@ -213,8 +227,13 @@ class NarrativeIndex:
         *,
         chunker: str | Callable[..., list[Chunk]] | None = None,
         in_transaction: Callable[[Any], None] | None = None,
+        max_chunks: int | None = None,
     ) -> int:
         """Chunk ``text`` and store it as the new version of ``meta.doc_id``; returns chunks written.
+
+        A document splitting into more than ``max_chunks`` chunks (default: the index's
+        ``max_chunks_per_document``) raises ``LimitExceededError`` (a ``ValueError``) before anything is
+        written.
 
         ``chunker`` overrides the index's chunker for this document: a callable, or a name for
         ``make_chunker`` (``"layout"``, ``"parent_child"``, ...). Returns 0 when the document is unchanged.
@@ -229,6 +248,8 @@ class NarrativeIndex:
         elif callable(chunker):
             chunk_fn = chunker
         chunks = chunk_fn(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
+        limit = self.max_chunks_per_document if max_chunks is None else max_chunks
+        check_chunk_count(len(chunks), limit, source=f"document {meta.doc_id!r}")
         written = self._replace(meta.doc_id, chunks, valid_as_of, in_transaction)
         self.sync()
         return written
@@ -275,6 +296,7 @@ class NarrativeIndex:
         for text, raw_meta in documents:
             meta = self.labelled(text, raw_meta)
             chunks = self.chunker(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
+            check_chunk_count(len(chunks), self.max_chunks_per_document, source=f"document {meta.doc_id!r}")
             written += self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
             if progress is not None:
                 progress(1)
@@ -307,36 +329,51 @@ class NarrativeIndex:
         if not self.defer_vectors:
             self.retriever.warm()
 
-    def sync(self) -> int:
-        """Apply every store change committed since the last sync; returns the number of documents updated."""
+    def sync(self, *, wait: bool = True) -> int:
+        """Apply every store change committed since the last sync; returns the number of documents updated.
+
+        With ``wait=False`` (a query) nothing is waited for: when another thread is applying changes
+        already, this returns 0 at once and the caller reads the index as it stands. A writer syncs with
+        ``wait=True`` before it returns, so its own write is visible to every query that starts later."""
         if self.store.change_seq() == self._seq:
             return 0
-        with self._sync_lock:
-            latest, doc_ids = self.store.changes_since(self._seq)
-            if not doc_ids:
-                self._seq = latest
-                return 0
-            fresh = self.store.active_chunks_for_docs(doc_ids)
-            by_doc: dict[str, list[Chunk]] = {d: [] for d in doc_ids}
-            for c in fresh:
-                by_doc.setdefault(c.doc_id, []).append(c)
-            replace_many = getattr(self.retriever, "replace_many", None)
-            if replace_many is not None:  # an external index applies the whole change set in one pass
-                replace_many([(self._doc_chunks.get(d, []), by_doc[d]) for d in doc_ids])
-            for doc_id in doc_ids:
-                # One step per document: a concurrent search sees the old or the new version, never both.
-                old_ids = self._doc_chunks.pop(doc_id, [])
-                if replace_many is None:
-                    self.retriever.replace_chunks(old_ids, by_doc[doc_id])
-                if by_doc[doc_id]:
-                    self._doc_chunks[doc_id] = [c.chunk_id for c in by_doc[doc_id]]
-            self._seq = latest
+        if not self._sync_lock.acquire(blocking=wait):
+            return 0
+        try:
+            doc_ids = self._apply_changes()
+        finally:
+            self._sync_lock.release()
+        if not doc_ids:
+            return 0
         if self._ledger is not None:
             # Vectors another writer (a drainer, another replica) already stored for the new versions.
             self._load_persisted([cid for d in doc_ids for cid in self._doc_chunks.get(d, [])])
         if self.on_backlog is not None and self.retriever.pending_count():
             self.on_backlog()
         return len(doc_ids)
+
+    def _apply_changes(self) -> list[str]:
+        """Under ``_sync_lock``: bring the in-memory index to the store's latest change; the doc ids."""
+        latest, doc_ids = self.store.changes_since(self._seq)
+        if not doc_ids:
+            self._seq = latest
+            return []
+        fresh = self.store.active_chunks_for_docs(doc_ids)
+        by_doc: dict[str, list[Chunk]] = {d: [] for d in doc_ids}
+        for c in fresh:
+            by_doc.setdefault(c.doc_id, []).append(c)
+        replace_many = getattr(self.retriever, "replace_many", None)
+        if replace_many is not None:  # an external index applies the whole change set in one pass
+            replace_many([(self._doc_chunks.get(d, []), by_doc[d]) for d in doc_ids])
+        for doc_id in doc_ids:
+            # One step per document: a concurrent search sees the old or the new version, never both.
+            old_ids = self._doc_chunks.pop(doc_id, [])
+            if replace_many is None:
+                self.retriever.replace_chunks(old_ids, by_doc[doc_id])
+            if by_doc[doc_id]:
+                self._doc_chunks[doc_id] = [c.chunk_id for c in by_doc[doc_id]]
+        self._seq = latest
+        return doc_ids
 
     # ------------------------------------------------------------------ vectors
     def _components(self) -> list[tuple[str, object]]:
@@ -354,15 +391,11 @@ class NarrativeIndex:
         known = self._models.get(kind)
         if known is not None:
             return known
-        with self._model_lock:
-            return self._verify_model(kind, component)
-
-    def _verify_model(self, kind: str, component: object) -> str | None:
-        assert self._ledger is not None
-        known = self._models.get(kind)
-        if known is not None:
-            return known
         if time.monotonic() < self._model_retry_at.get(kind, 0.0):
+            return None
+        # Asking a remote model for its id is a worker call: it runs with no lock held, and only one
+        # thread asks at a time; the others go on without waiting (as while the worker is unreachable).
+        if not self._identify_lock.acquire(blocking=False):
             return None
         try:
             ident = model_id(component)
@@ -371,6 +404,18 @@ class NarrativeIndex:
             self._model_retry_at[kind] = time.monotonic() + 5.0
             log.info("%s model not identified yet (%s); serving stored vectors as recorded", kind, exc)
             return None
+        finally:
+            self._identify_lock.release()
+        with self._model_lock:
+            return self._verify_model(kind, component, ident)
+
+    def _verify_model(self, kind: str, component: object, ident: str) -> str | None:
+        """Under ``_model_lock``: record ``ident`` as the model of ``kind`` (switching the vector space when
+        it changed). No model call is made here."""
+        assert self._ledger is not None
+        known = self._models.get(kind)
+        if known is not None:
+            return known
         dim = getattr(component, "dim", 0) if kind == DENSE else 0
         dim = dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else 0
         before = self._ledger.vector_space(kind)
@@ -608,7 +653,7 @@ class NarrativeIndex:
     ) -> RetrievalReport:
         """Like ``retrieve`` but also names degraded stages and reports stage timings."""
         t0 = time.perf_counter()
-        self.sync()
+        self.sync(wait=False)  # never queue behind another thread's sync: read the index as it stands
         if self._ledger is not None and len(self._models) < len(self._components()):
             # Stored vectors were loaded before the model could be identified: verify it before ranking
             # with them, so a model switched meanwhile never meets the old model's vectors.

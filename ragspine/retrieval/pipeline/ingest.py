@@ -153,12 +153,15 @@ def replace_document(
             shelf.remove_doc(meta.doc_id)  # old pages go first: a crash after this serves no mix
     try:
         if document.text.strip():
+            # The chunk limit is checked after chunking, before the transaction: nothing changes.
+            bound = {} if limits is None else {"max_chunks": limits.max_chunks}
             written = index.ingest(
                 document.text,
                 meta,
                 valid_as_of=document.valid_as_of,
                 chunker=document.chunker or None,
                 in_transaction=hook,
+                **bound,
             )
         else:
             index.withdraw(meta.doc_id, in_transaction=hook)

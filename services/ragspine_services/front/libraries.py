@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -275,6 +276,7 @@ class LibraryCatalog:
         self.reranker = reranker
         self.sparse_encoder = sparse_encoder
         self._libraries: dict[str, Library] = {}
+        self._listed: tuple[float, tuple[str, ...]] | None = None  # (when, ids on disk) for ids()
         self._lock = threading.Lock()
         self._directory: PgLibraryDirectory | None = None
         if settings.store_dsn.strip():
@@ -315,11 +317,18 @@ class LibraryCatalog:
             p.name[: -len(_SUFFIX)] for p in self.root.glob(f"*{_SUFFIX}") if _LIBRARY_ID.match(p.stem)
         )
 
-    def ids(self) -> list[str]:
-        """Every known library id (opened or on disk), sorted."""
+    def ids(self, *, max_age_s: float = 0.0) -> list[str]:
+        """Every known library id (opened or on disk), sorted. ``max_age_s`` > 0 reuses a listing of the
+        store of record up to that old (a query needs no directory scan or database round trip; the
+        libraries this front opened are always included)."""
         with self._lock:
             opened = set(self._libraries)
-        return sorted(opened | set(self.on_disk()))
+            listed = self._listed
+        if listed is None or max_age_s <= 0 or time.monotonic() - listed[0] >= max_age_s:
+            listed = (time.monotonic(), tuple(self.on_disk()))
+            with self._lock:
+                self._listed = listed
+        return sorted(opened | set(listed[1]))
 
     def get(self, library_id: str, *, create: bool = False) -> Library:
         """The library, opened on first use. Raises ``NotFoundError`` unless it exists or ``create``,
@@ -336,7 +345,7 @@ class LibraryCatalog:
             path.parent.mkdir(parents=True, exist_ok=True)
             library = Library(
                 library_id,
-                ChunkStore(path),
+                ChunkStore(path, change_poll_s=self.settings.store_change_poll_s),
                 self.settings,
                 self.embedding_backend,
                 self.reranker,

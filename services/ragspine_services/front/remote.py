@@ -28,6 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ragspine_services._gen import model_worker_pb2, model_worker_pb2_grpc
 from ragspine_services.common.breaker import (
+    OPEN,
     Admission,
     AdmissionRefusedError,
     CircuitBreaker,
@@ -91,9 +92,11 @@ class WorkerClient:
         breaker: CircuitBreaker | None = None,
         admission: Admission | None = None,
         fallback_reserve_s: float = 0.05,
+        reserve_fraction: float = 0.5,
     ) -> None:
         """``breaker`` / ``admission`` default to a fresh ``CircuitBreaker()`` / ``Admission()``;
-        ``fallback_reserve_s`` is the least time kept from the caller's deadline for the lexical answer."""
+        ``fallback_reserve_s`` is the least time kept from the caller's deadline for the lexical answer,
+        ``reserve_fraction`` the share of the time left that is kept (whichever is more)."""
         if not address:
             raise ValueError("worker address is empty (expected host:port)")
         if timeout_s <= 0 or max_client_batch < 1:
@@ -104,6 +107,13 @@ class WorkerClient:
         self.breaker = breaker or CircuitBreaker()
         self.admission = admission or Admission()
         self.fallback_reserve_s = fallback_reserve_s
+        if not 0.0 <= reserve_fraction < 1.0:
+            raise ValueError(f"reserve_fraction must be in [0, 1), got {reserve_fraction}")
+        self.reserve_fraction = reserve_fraction
+        # Calls waiting on the worker now: when one of them finds the worker hung or out of time, the
+        # breaker opens and the others are abandoned at once instead of each waiting out its own budget.
+        self._in_flight: set[Any] = set()
+        self._in_flight_lock = threading.Lock()
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         if tls_ca_file:
             creds = grpc.ssl_channel_credentials(Path(tls_ca_file).read_bytes())
@@ -122,7 +132,9 @@ class WorkerClient:
         self._channel.close()
 
     def _timeout(self) -> float:
-        budget = stage_budget(self.timeout_s, reserve_s=self.fallback_reserve_s)
+        budget = stage_budget(
+            self.timeout_s, reserve_s=self.fallback_reserve_s, reserve_fraction=self.reserve_fraction
+        )
         if budget is None or budget < _MIN_CALL_S:
             raise BackendUnavailableError("no time left in the caller's deadline for the model worker")
         return budget
@@ -178,28 +190,64 @@ class WorkerClient:
         try:
             if timeout < _MIN_CALL_S:
                 raise BackendUnavailableError(f"no time left in the caller's deadline for {method}")
+            future = call(timeout)
+            with self._in_flight_lock:
+                self._in_flight.add(future)
             try:
-                response = self._result(call(timeout), timeout)
+                response = self._result(future, timeout)
             except _WorkerHung:
-                self.breaker.record_failure(trip=True)
+                self._trip()
                 raise BackendUnavailableError(
                     f"model worker {method} abandoned: the worker stopped answering health checks"
+                ) from None
+            except grpc.FutureCancelledError:
+                raise BackendUnavailableError(
+                    f"model worker {method} abandoned: another call found the worker hung or too slow"
                 ) from None
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if code in _CALLER_FAULTS:
                     self.breaker.record_success()  # the worker answered: it is alive
+                elif code == grpc.StatusCode.CANCELLED and future.cancelled():
+                    raise BackendUnavailableError(
+                        f"model worker {method} abandoned: another call found the worker hung or too slow"
+                    ) from None
+                elif code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout >= self.admission.hang_s():
+                    # It had longer than the worker's hang threshold and still ran out: the worker is
+                    # hung or far slower than usual. Open at once.
+                    self._trip()
                 else:
-                    # A call that ran out of time means a hung or slow worker: open at once.
-                    self.breaker.record_failure(trip=code == grpc.StatusCode.DEADLINE_EXCEEDED)
+                    # A budget shorter than that (a short caller deadline on a loaded machine) says
+                    # less: it counts towards the breaker's failure threshold like any failure.
+                    self._failed()
                 name = code.name if code is not None else "UNKNOWN"
                 detail = exc.details() if hasattr(exc, "details") else ""
                 raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
+            finally:
+                with self._in_flight_lock:
+                    self._in_flight.discard(future)
             elapsed = time.monotonic() - started
             self.breaker.record_success()
             return response
         finally:
             self.admission.release(ticket, elapsed)
+
+    def _failed(self) -> None:
+        self.breaker.record_failure()
+        if self.breaker.state == OPEN:
+            self._abandon_waiting()
+
+    def _abandon_waiting(self) -> None:
+        with self._in_flight_lock:
+            waiting, self._in_flight = list(self._in_flight), set()
+        for future in waiting:
+            future.cancel()
+
+    def _trip(self) -> None:
+        """Open the breaker and abandon every other call still waiting on the worker: they would only
+        spend what is left of their callers' deadlines on a worker known to be hung or too slow."""
+        self.breaker.record_failure(trip=True)
+        self._abandon_waiting()
 
     def _probe(self, method: str, call: Any, timeout: float) -> NoReturn:
         """Send the half-open probe in the background and degrade this caller at once: no caller waits
@@ -260,10 +308,14 @@ class WorkerClient:
     def model_ids(self) -> tuple[str, str]:
         """``(embedding, sparse)`` model ids as libraries record them (``worker:<spec>``), fetched once.
 
-        Raises ``BackendUnavailableError`` while the worker cannot be reached (asked again next time)."""
+        Raises ``BackendUnavailableError`` while the worker cannot be reached (asked again next time).
+        The Info call runs outside the lock, like ``_limits``: a hung worker never queues other callers."""
+        with self._lock:
+            if self._models is not None:
+                return self._models
+        info = self.info()
         with self._lock:
             if self._models is None:
-                info = self.info()
                 self._models = (
                     f"worker:{info.embedding_model}" if info.embedding_model else "",
                     f"worker:{info.sparse_model}" if info.sparse_model else "",

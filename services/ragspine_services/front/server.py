@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from dataclasses import dataclass, replace
 
@@ -87,6 +88,7 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
             ),
             admission=Admission(settings.worker_max_in_flight),
             fallback_reserve_s=settings.worker_fallback_reserve_s,
+            reserve_fraction=settings.worker_reserve_fraction,
         )
         embedding = RemoteEmbeddingBackend(worker) if mode.uses_embedding and specs.embedding else None
         reranker = RemoteReranker(worker) if specs.reranker else None
@@ -176,6 +178,9 @@ def serve_front(settings: Settings, *, in_process: bool | None = None) -> None:
     configure_tracing(settings, "ragspine-front")
     parts = build_front_parts(settings, in_process=in_process)
     running = start_front(settings, parts)
+    # Everything loaded so far (modules, indexes, models) lives as long as the process: moving it out of
+    # the collector's generations keeps full collections, and their pauses inside queries, short.
+    gc.freeze()
     try:
         running.wait_for_signal(settings.shutdown_grace_s, on_stop=parts.close)
     finally:

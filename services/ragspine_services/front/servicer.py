@@ -342,7 +342,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 check_library_id(name)
                 caller.require(name)
             return [self.catalog.get(name) for name in requested]
-        allowed = [name for name in self.catalog.ids() if caller.may_read(name)]
+        # A query reuses a recent listing of the libraries on disk (RAGSPINE_LIBRARY_LIST_POLL_S).
+        listed = self.catalog.ids(max_age_s=self.catalog.settings.library_list_poll_s)
+        allowed = [name for name in listed if caller.may_read(name)]
         if not allowed:
             raise NotFoundError("no library is available to this caller; ingest documents first")
         return [self.catalog.get(name) for name in allowed]
