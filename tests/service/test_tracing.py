@@ -106,13 +106,16 @@ def test_one_retrieve_is_one_trace_across_front_and_worker(
             stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
             stub.Ingest(retrieval_pb2.IngestRequest(library="t", documents=sample_documents()), timeout=120)
             # On a loaded machine the first query may find the worker still busy embedding the backlog
-            # (a degraded answer makes no Embed call): ask until one answer used the worker.
+            # (a degraded answer makes no Embed call): ask until one answer used the worker. This test is
+            # about traces, not relevance: min_relevance 0 turns the answer gate off, so an answer given
+            # while vectors are still pending is not emptied.
             for _ in range(20):
                 answer = stub.Retrieve(
                     retrieval_pb2.RetrieveRequest(
                         query="how long does the battery last",
                         libraries=["t"],
                         mode=retrieval_pb2.RETRIEVAL_MODE_HYBRID,
+                        min_relevance=0.0,
                     ),
                     timeout=60,
                 )
