@@ -384,11 +384,10 @@ def _outage_answers(stack: Stack, backend: dict[str, str], monkeypatch: pytest.M
     return served
 
 
+@pytest.mark.parametrize("index_backend", ["qdrant"], indirect=True)  # a Qdrant outage only
 def test_a_qdrant_outage_flags_the_visual_channel_or_fails_unavailable(
     make_stack: Callable[..., Stack], index_backend: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not index_backend:
-        pytest.skip("pages are indexed in the front")
     stack = make_stack()
     assert _outage_answers(stack, index_backend, monkeypatch) == []
     # All of Qdrant down: the text channel cannot answer either, so the call fails, never answers wrong.
@@ -409,12 +408,11 @@ def shared_client_for(backend: dict[str, str]) -> Any:
     return shared_client(qdrant_config(Settings(**backend)))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("index_backend", ["qdrant"], indirect=True)  # a Qdrant outage only
 def test_outage_check_catches_a_silent_fallback_to_the_front_index(
     make_stack: Callable[..., Stack], index_backend: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Reverse proof: a front answering from its in-process page index when Qdrant fails must be caught.
-    if not index_backend:
-        pytest.skip("pages are indexed in the front")
     original = front_pages.LibraryPages.search
 
     def falls_back(self: Any, query: str, *, k: int, mfilter: Any = None) -> Any:
