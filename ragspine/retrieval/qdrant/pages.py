@@ -45,7 +45,12 @@ from qdrant_client import models
 
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
-from ragspine.retrieval.qdrant.connection import IndexUnavailableError, QdrantConfig, call_lock
+from ragspine.retrieval.qdrant.connection import (
+    CollectionCalls,
+    IndexUnavailableError,
+    QdrantConfig,
+    call_lock,
+)
 from ragspine.retrieval.qdrant.filters import translate
 from ragspine.retrieval.visual.page_index import PageLead
 from ragspine.retrieval.visual.page_store import PageStore, StoredPage
@@ -87,7 +92,7 @@ def doc_version(pages: Sequence[StoredPage]) -> str:
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:32]
 
 
-class QdrantPageIndex:
+class QdrantPageIndex(CollectionCalls):
     """Page leads for one library from its Qdrant pages collection (see the module doc).
 
     ``library`` is the library id of the pages in ``store``; ``name`` (default ``library``) names the
@@ -95,6 +100,8 @@ class QdrantPageIndex:
     holding pages of another encoder raises ``ValueError`` (re-index), as the in-process index does.
     Failures talking to Qdrant raise ``IndexUnavailableError`` (never an answer from another index).
     """
+
+    _what = "Qdrant pages index"
 
     def __init__(
         self,
@@ -121,18 +128,6 @@ class QdrantPageIndex:
         self.after_step: Callable[[str], None] | None = None  # observation hook between protocol steps
 
     # ------------------------------------------------------------------ qdrant calls
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            with self._call_lock:
-                return fn(*args, **kwargs)
-        except ValueError:
-            raise
-        except Exception as exc:
-            raise IndexUnavailableError(
-                f"Qdrant pages index {self.collection!r} at {self.config.url} failed during {what}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-
     def _step(self, name: str) -> None:
         if self.after_step is not None:
             self.after_step(name)
@@ -230,22 +225,9 @@ class QdrantPageIndex:
         return out
 
     def _scroll(self, flt: models.Filter | None, fields: list[str] | bool) -> Iterable[dict[str, Any]]:
-        offset = None
-        while True:
-            points, offset = self._call(
-                "scroll",
-                self.client.scroll,
-                self.collection,
-                scroll_filter=flt,
-                limit=1024,
-                offset=offset,
-                with_payload=fields,
-                with_vectors=False,
-            )
+        for points in self._scroll_pages(flt, fields):
             for p in points:
                 yield dict(p.payload or {})
-            if offset is None:
-                return
 
     def publish(self, doc_ids: Iterable[str]) -> int:
         """Make the collection serve exactly the store's current pages of ``doc_ids`` (a document the

@@ -51,7 +51,11 @@ from ragspine.retrieval.lexical.language import query_language, reads_language
 from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
 from ragspine.retrieval.qdrant.bm25_vectors import document_weights, learned_weights, query_weights
-from ragspine.retrieval.qdrant.connection import IndexUnavailableError, QdrantConfig, call_lock
+from ragspine.retrieval.qdrant.connection import (
+    CollectionCalls,
+    QdrantConfig,
+    call_lock,
+)
 from ragspine.retrieval.qdrant.filters import translate
 
 log = logging.getLogger(__name__)
@@ -78,7 +82,7 @@ def chunk_from_payload(payload: Mapping[str, Any]) -> Chunk:
     return Chunk(**{name: payload[name] for name in _CHUNK_FIELDS if name in payload})
 
 
-class QdrantRetriever:
+class QdrantRetriever(CollectionCalls):
     """Hybrid retrieval over one library's Qdrant collection (see the module doc for the write protocol).
 
     ``client`` is a ``qdrant_client.QdrantClient`` (local mode or a server). ``chunks`` given at
@@ -147,18 +151,6 @@ class QdrantRetriever:
             self._reconcile(chunks)
 
     # ------------------------------------------------------------------ qdrant calls
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            with self._call_lock:
-                return fn(*args, **kwargs)
-        except ValueError:
-            raise
-        except Exception as exc:
-            raise IndexUnavailableError(
-                f"Qdrant index {self.collection!r} at {self.config.url} failed during {what}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-
     def _dense_size(self) -> int | None:
         if self.embedding_backend is None:
             return None
@@ -382,23 +374,11 @@ class QdrantRetriever:
             must_not=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))],
         )
         out: list[tuple[Any, bool, int]] = []
-        offset = None
-        while True:
-            points, offset = self._call(
-                "scroll",
-                self.client.scroll,
-                self.collection,
-                scroll_filter=flt,
-                limit=1024,
-                offset=offset,
-                with_payload=[DOCLEN, LIVE],
-                with_vectors=False,
-            )
+        for points in self._scroll_pages(flt, [DOCLEN, LIVE]):
             for p in points:
                 payload = p.payload or {}
                 out.append((p.id, bool(payload.get(LIVE)), int(payload.get(DOCLEN, 0))))
-            if offset is None:
-                return out
+        return out
 
     @staticmethod
     def _drift(meta: Mapping[str, Any]) -> float:
@@ -419,17 +399,7 @@ class QdrantRetriever:
             return 0
         avgdl = int(meta.get("total_dl", 0)) / n or 1.0
         rewritten = 0
-        offset = None
-        while True:
-            points, offset = self._call(
-                "scroll",
-                self.client.scroll,
-                self.collection,
-                limit=512,
-                offset=offset,
-                with_payload=True,
-                with_vectors=False,
-            )
+        for points in self._scroll_pages(page=512):
             updates = []
             for p in points:
                 tokens = tokenize(self.index_text(chunk_from_payload(p.payload or {})))
@@ -440,8 +410,6 @@ class QdrantRetriever:
             if updates:
                 self._call("reweigh", self.client.update_vectors, self.collection, updates, wait=True)
                 rewritten += len(updates)
-            if offset is None:
-                break
         self._write_meta({**meta, "avgdl": avgdl})
         return rewritten
 
@@ -492,22 +460,7 @@ class QdrantRetriever:
     def scroll_payloads(self, *, live_only: bool = True) -> list[dict[str, Any]]:
         """Every point's payload in the collection (live ones only by default)."""
         flt = models.Filter(must=[self._live()]) if live_only else None
-        out: list[dict[str, Any]] = []
-        offset = None
-        while True:
-            points, offset = self._call(
-                "scroll",
-                self.client.scroll,
-                self.collection,
-                scroll_filter=flt,
-                limit=512,
-                offset=offset,
-                with_payload=True,
-                with_vectors=False,
-            )
-            out.extend(dict(p.payload or {}) for p in points)
-            if offset is None:
-                return out
+        return [dict(p.payload or {}) for points in self._scroll_pages(flt, page=512) for p in points]
 
     def live_chunk_ids(self) -> list[str]:
         return sorted({str(p["chunk_id"]) for p in self.scroll_payloads()})
