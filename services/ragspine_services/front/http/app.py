@@ -32,7 +32,7 @@ from ragspine_services._gen import retrieval_pb2
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator
 from ragspine_services.front.http import dify
 from ragspine_services.front.http.calls import CallError, invoke, parse_timeout
-from ragspine_services.front.http.json_mapping import message_to_json
+from ragspine_services.front.http.json_mapping import json_to_message, message_to_json
 from ragspine_services.front.http.openapi import openapi_document
 from ragspine_services.front.http.routes import RestRoute
 from ragspine_services.front.http.structured import STRUCTURED_ROUTES, STRUCTURED_SERVICE
@@ -126,6 +126,9 @@ def _bad(message: str) -> CallError:
 def _parse(data: Any, message_type: type[Message], where: str) -> Message:
     if not isinstance(data, dict):
         raise _bad(f"{where} must be a JSON object of {message_type.DESCRIPTOR.full_name}")
+    plain = json_to_message(data, message_type)  # the same message, faster, for plain bodies
+    if plain is not None:
+        return plain
     try:
         return json_format.ParseDict(data, message_type())
     except json_format.ParseError as exc:
