@@ -17,8 +17,8 @@ rounds of the per-round difference.
 The HTTP client: clients and server share the machine's cores, so a client that costs more CPU per call
 than the gRPC stub (whose HTTP/2 and framing run in C) would slow the server down and show up as HTTP
 latency; the client CPU column shows what each side costs. ``--http-client http.client`` (the default)
-is the standard library's ``http.client``, measured at about the gRPC stub's CPU per call (0.22-0.26 vs
-0.25-0.30 ms per query on the 2-core machine, 2026-12-01). ``--http-client lean`` is a minimal HTTP/1.1
+is the standard library's ``http.client``, measured at about the gRPC stub's CPU per call (0.21-0.31 vs
+0.22-0.31 ms per query on the 2-core machine, 2026-12-01). ``--http-client lean`` is a minimal HTTP/1.1
 keep-alive client on a plain socket (request line, headers and body in one write, the answer read up to
 its Content-Length, the JSON parsed as the gRPC side parses its answer), at about half the stub's CPU: it
 flatters HTTP, so it is not the default.
