@@ -2,7 +2,8 @@
 StructuredService RPC, OpenAPI.
 
 REST bodies and answers are the proto3 JSON mapping of the RPC's request and response messages with the
-proto's own snake_case field names (parsed with ``google.protobuf.json_format``, printed by
+proto's own snake_case field names (parsed as ``google.protobuf.json_format.ParseDict`` parses them:
+plain bodies set directly by ``json_mapping.json_to_message``, every other body by ParseDict; printed by
 ``json_mapping``, which prints the same as ``json_format`` with ``preserving_proto_field_name``);
 ``bytes`` fields travel base64-encoded, as that mapping says. ``POST /v1/libraries/{library}/upload``
 takes multipart files. Send ``Authorization: Bearer <token>`` and, for a deadline,
