@@ -6,15 +6,25 @@ same questions three ways, each at 1, 8 and 32 concurrent callers (threads, one 
 one channel each way), in alternating rounds (the order of the three rotates each round, so all see the
 same machine load):
   grpc Retrieve      RetrievalServiceStub.Retrieve on one channel
-  http /retrieval    Dify External Knowledge API body, http.client keep-alive connection per thread
+  http /retrieval    Dify External Knowledge API body, one keep-alive connection per thread
   http /v1/retrieve  the REST mapping of RetrieveRequest
 Every call asks top_k=10 with no relevance threshold, so all three return the same snippets. Printed per
 row: p50 / p99 latency (ms) and queries/s (medians over rounds), errors, the server process's CPU time
-per query (mean over rounds; unlike latency it does not depend on what else runs on the machine); and
-per level the HTTP p50 cost over gRPC: the median over rounds of the per-round difference.
+per query and this (client) process's CPU time per query (means over rounds; unlike latency they do not
+depend much on what else runs on the machine); and per level the HTTP p50 cost over gRPC: the median over
+rounds of the per-round difference.
+
+The HTTP client: clients and server share the machine's cores, so a client that costs more CPU per call
+than the gRPC stub (whose HTTP/2 and framing run in C) would slow the server down and show up as HTTP
+latency; the client CPU column shows what each side costs. ``--http-client http.client`` (the default)
+is the standard library's ``http.client``, measured at about the gRPC stub's CPU per call (0.21-0.31 vs
+0.22-0.31 ms per query on the 2-core machine, 2026-12-01). ``--http-client lean`` is a minimal HTTP/1.1
+keep-alive client on a plain socket (request line, headers and body in one write, the answer read up to
+its Content-Length, the JSON parsed as the gRPC side parses its answer), at about half the stub's CPU: it
+flatters HTTP, so it is not the default.
 
 Usage: python bench/http_vs_grpc.py [--data ../shared/data/scifact] [--queries 300] [--levels 1,8,32]
-       [--rounds 3] [--json]
+       [--rounds 3] [--http-client http.client|lean] [--json]
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -58,14 +69,62 @@ from client_vs_stubs import (  # noqa: E402
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
 
 
-class _Connections:
-    """One keep-alive HTTP connection per calling thread."""
+class _LeanConnection:
+    """A minimal HTTP/1.1 keep-alive client: one write per request, the answer read by Content-Length."""
 
     def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
+    def _recv(self) -> bytes:
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        return chunk
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        self.sock.sendall(
+            b"POST %s HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
+        )
+        buffer = self.buffer
+        while (end := buffer.find(b"\r\n\r\n")) < 0:
+            buffer += self._recv()
+        head, rest = buffer[:end].split(b"\r\n"), buffer[end + 4 :]
+        length = -1
+        for line in head[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if length < 0:
+            raise RuntimeError(f"{path}: an answer without Content-Length: {head[0]!r}")
+        while len(rest) < length:
+            rest += self._recv()
+        self.buffer = rest[length:]
+        return int(head[0].split(b" ", 2)[1]), rest[:length]
+
+
+class _Connections:
+    """One keep-alive HTTP connection per calling thread (``lean`` or ``http.client``)."""
+
+    def __init__(self, port: int, client: str = "http.client") -> None:
         self.port = port
+        self.client = client
         self._local = threading.local()
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
+        if self.client == "lean":
+            lean = getattr(self._local, "lean", None)
+            if lean is None:
+                lean = self._local.lean = _LeanConnection(self.port)
+            status, payload = lean.post(path, json.dumps(body).encode())
+            if status != 200:
+                raise RuntimeError(f"{path}: HTTP {status} {payload[:200]!r}")
+            return json.loads(payload)
+        return self._post_http_client(path, body)
+
+    def _post_http_client(self, path: str, body: dict[str, Any]) -> Any:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -89,14 +148,20 @@ def _cpu_s(pid: int) -> float:
 
 
 def measure(
-    grpc_address: str, http_port: int, queries: list[str], levels: list[int], rounds: int, server_pid: int
+    grpc_address: str,
+    http_port: int,
+    queries: list[str],
+    levels: list[int],
+    rounds: int,
+    server_pid: int,
+    http_client: str = "http.client",
 ) -> tuple[dict[str, Any], dict[str, list[float]]]:
     """Per level, ``rounds`` alternating rounds (the three ways in a rotated order each round, every way
     sending every query). Returns pooled rows per way and level (with the server's CPU per query), and
     per level and HTTP way the per-round p50 cost over gRPC's p50 in the same round."""
     rows: dict[str, dict[str, Any]] = {}
     costs: dict[str, list[float]] = {}
-    connections = _Connections(http_port)
+    connections = _Connections(http_port, http_client)
     with grpc.insecure_channel(grpc_address) as channel:
         stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
 
@@ -128,9 +193,10 @@ def measure(
             for r in range(rounds):
                 order = labels[r % len(labels) :] + labels[: r % len(labels)]
                 for label in order:
-                    before = _cpu_s(server_pid)
+                    before, client_before = _cpu_s(server_pid), time.process_time()
                     row = _threaded(calls[label], queries, level)
                     row["server_cpu_ms"] = (_cpu_s(server_pid) - before) * 1e3 / len(queries)
+                    row["client_cpu_ms"] = (time.process_time() - client_before) * 1e3 / len(queries)
                     per_round[label].append(row)
             for label in labels:
                 results = per_round[label]
@@ -140,6 +206,7 @@ def measure(
                     "qps": statistics.median(r["qps"] for r in results),
                     "errors": sum(int(r["errors"]) for r in results),
                     "server_cpu_ms": statistics.mean(r["server_cpu_ms"] for r in results),
+                    "client_cpu_ms": statistics.mean(r["client_cpu_ms"] for r in results),
                 }
                 if label != "grpc Retrieve":
                     costs[f"{label} c={level}"] = [
@@ -159,6 +226,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300, help="queries per measurement")
     parser.add_argument("--levels", default="1,8,32", help="concurrency levels")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per level")
+    parser.add_argument(
+        "--http-client",
+        choices=("http.client", "lean"),
+        default="http.client",
+        help="the HTTP client (see above)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     data: Path | None = args.data if (args.data / "corpus.jsonl").is_file() else None
@@ -186,7 +259,9 @@ def main() -> None:
             address = f"127.0.0.1:{grpc_port}"
             _wait_serving(address)
             loads = [_load()]
-            rows, costs = measure(address, http_port, queries, levels, args.rounds, server.pid)
+            rows, costs = measure(
+                address, http_port, queries, levels, args.rounds, server.pid, args.http_client
+            )
             loads.append(_load())
         finally:
             server.terminate()
@@ -197,14 +272,18 @@ def main() -> None:
         return
     print(
         f"\n{'SciFact' if data else 'sample corpus'}: {len(queries)} queries per row and round, "
-        f"{args.rounds} alternating rounds (medians over rounds), top_k={TOP_K}, lexical; "
+        f"{args.rounds} alternating rounds (medians over rounds), top_k={TOP_K}, lexical, "
+        f"{args.http_client} HTTP client; "
         f"load average before / after: {loads[0]} / {loads[1]}"
     )
-    print(f"{'':26}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}{'server CPU ms/q':>17}")
+    print(
+        f"{'':26}{'p50 ms':>9}{'p99 ms':>9}{'q/s':>9}{'errors':>8}{'server CPU ms/q':>17}"
+        f"{'client CPU ms/q':>17}"
+    )
     for label, row in rows.items():
         print(
             f"{label:26}{row['p50_ms']:9.2f}{row['p99_ms']:9.2f}{row['qps']:9.1f}{row['errors']:8d}"
-            f"{row['server_cpu_ms']:17.3f}"
+            f"{row['server_cpu_ms']:17.3f}{row['client_cpu_ms']:17.3f}"
         )
     for level in levels:
         for label in ("http /retrieval", "http /v1/retrieve"):

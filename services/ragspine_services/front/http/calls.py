@@ -93,6 +93,16 @@ def parse_timeout(headers: Mapping[str, str]) -> float | None:
     return time.monotonic() + seconds
 
 
+_LATENCY: dict[tuple[str, str, grpc.StatusCode], Any] = {}  # histogram children, as the interceptor keeps
+
+
+def _latency(service: str, name: str, code: grpc.StatusCode) -> Any:
+    child = _LATENCY.get((service, name, code))
+    if child is None:
+        child = _LATENCY[(service, name, code)] = metrics.RPC_LATENCY.labels(service, name, code.name)
+    return child
+
+
 def invoke(
     authenticator: Authenticator,
     name: str,
@@ -126,4 +136,4 @@ def invoke(
     finally:
         if token is not None:
             reset_current_caller(token)
-        metrics.RPC_LATENCY.labels(service, name, code.name).observe(time.perf_counter() - started)
+        _latency(service, name, code).observe(time.perf_counter() - started)

@@ -125,32 +125,41 @@ def retrieve_request(body: Any) -> retrieval_pb2.RetrieveRequest:
 
 def _metadata(snippet: retrieval_pb2.Snippet) -> dict[str, Any]:
     meta: dict[str, Any] = {}
-    for key, value in snippet.metadata.items():
-        kind = value.WhichOneof("kind")
-        if kind == "list_value":
-            meta[key] = list(value.list_value.values)
-        elif kind is not None:
-            meta[key] = getattr(value, kind)
-    for key in PROVENANCE_KEYS:
-        if getattr(snippet, key):
-            meta.setdefault(key, getattr(snippet, key))
+    document_meta = snippet.metadata
+    if document_meta:
+        for key, value in document_meta.items():
+            kind = value.WhichOneof("kind")
+            if kind == "list_value":
+                meta[key] = list(value.list_value.values)
+            elif kind is not None:
+                meta[key] = getattr(value, kind)
+    # PROVENANCE_KEYS, in that order, each unless empty or the document's metadata has it.
+    for key, given in (
+        ("doc_id", snippet.doc_id),
+        ("chunk_id", snippet.chunk_id),
+        ("source_locator", snippet.source_locator),
+        ("library_id", snippet.library_id),
+    ):
+        if given and key not in meta:
+            meta[key] = given
     return meta
 
 
 def records(response: retrieval_pb2.RetrieveResponse, threshold: float) -> dict[str, Any]:
     """Dify's ``{"records": [...]}`` for a ``RetrieveResponse`` (relevance at or above ``threshold``)."""
-    return {
-        "records": [
-            {
-                "content": s.prompt_text or s.text,
-                "score": s.relevance,
-                "title": s.title or s.doc_id,
-                "metadata": _metadata(s),
-            }
-            for s in response.snippets
-            if s.relevance >= threshold
-        ]
-    }
+    out = []
+    for s in response.snippets:
+        score = s.relevance
+        if score >= threshold:
+            out.append(
+                {
+                    "content": s.prompt_text or s.text,
+                    "score": score,
+                    "title": s.title or s.doc_id,
+                    "metadata": _metadata(s),
+                }
+            )
+    return {"records": out}
 
 
 def error_body(exc: CallError, *, library: str) -> tuple[int, dict[str, Any]]:

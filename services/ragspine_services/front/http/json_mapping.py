@@ -112,3 +112,84 @@ def _value(field: Any) -> _Convert:
         return _float32 if cpp == FieldDescriptor.CPPTYPE_FLOAT else _float
     return _identity
 
+
+
+# Parsing: a JSON object whose every member is a plain scalar (string, int, bool, finite float for a
+# double) or a list of strings, each under its proto field name, is set directly; anything else (message,
+# map, enum, bytes, oneof and float32 fields, camelCase names, nulls, numbers in strings, values out of
+# range, unpaired surrogates) returns None and the caller uses ``json_format.ParseDict``, which also gives
+# the error for a malformed body. So the answer (message or error) is ParseDict's, at less cost for the
+# bodies sent per query (``{"query", "libraries", "top_k"}``).
+_PLAIN: dict[str, dict[str, tuple[str, type]]] = {}  # per message type: name -> (kind, Python type)
+_PLAIN_SCALARS = {
+    FieldDescriptor.CPPTYPE_STRING: str,
+    FieldDescriptor.CPPTYPE_INT32: int,
+    FieldDescriptor.CPPTYPE_INT64: int,
+    FieldDescriptor.CPPTYPE_UINT32: int,
+    FieldDescriptor.CPPTYPE_UINT64: int,
+    FieldDescriptor.CPPTYPE_BOOL: bool,
+    FieldDescriptor.CPPTYPE_DOUBLE: float,
+}
+
+
+def _plain_fields(descriptor: Any) -> dict[str, tuple[str, type]]:
+    json_names = {f.json_name: f for f in descriptor.fields}
+    plain: dict[str, tuple[str, type]] = {}
+    for field in descriptor.fields:
+        if json_names.get(field.name, field) is not field or field.containing_oneof is not None:
+            continue  # the name is another field's JSON name, or a oneof member: ParseDict decides
+        if field.type == FieldDescriptor.TYPE_BYTES or field.is_extension:
+            continue
+        kind = _PLAIN_SCALARS.get(field.cpp_type)
+        if kind is None or (field.is_repeated and kind is not str) or _is_map(field):
+            continue
+        plain[field.name] = ("list" if field.is_repeated else "scalar", kind)
+    return plain
+
+
+def _plain_str(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")  # a surrogate code point in a str is an unpaired one
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _plain_scalar(value: Any, kind: type) -> bool:
+    # Exact types: bool is not int here, int is not float (ParseDict converts those).
+    if kind is str:
+        return type(value) is str and _plain_str(value)
+    if kind is float:
+        return type(value) is float and math.isfinite(value)
+    return type(value) is kind
+
+
+def json_to_message(data: dict[str, Any], message_type: type[Message]) -> Message | None:
+    """``data`` (a JSON object) as a ``message_type``, when every member is a plain field (see above);
+    else None (nothing here raises for a malformed body: ParseDict then reports it)."""
+    descriptor = message_type.DESCRIPTOR
+    plain = _PLAIN.get(descriptor.full_name)
+    if plain is None:
+        plain = _PLAIN[descriptor.full_name] = (
+            {} if descriptor.file.package == "google.protobuf" else _plain_fields(descriptor)
+        )
+    message = message_type()
+    try:
+        for name, value in data.items():
+            entry = plain.get(name)
+            if entry is None:
+                return None
+            shape, kind = entry
+            if shape == "list":
+                if type(value) is not list or not all(type(v) is str and _plain_str(v) for v in value):
+                    return None
+                getattr(message, name).extend(value)
+            elif not _plain_scalar(value, kind):
+                return None
+            else:
+                setattr(message, name, value)
+    except (ValueError, TypeError, OverflowError):
+        return None  # e.g. an int out of the field's range
+    return message

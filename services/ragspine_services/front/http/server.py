@@ -25,6 +25,9 @@ class HttpServer:
         """Stop accepting, finish in-flight requests (up to ``timeout_s``), join the thread."""
         self._server.should_exit = True
         self._thread.join(timeout_s)
+        close = getattr(self._server.config.app, "close", None)
+        if close is not None:
+            close()
 
 
 def start_http(
@@ -49,6 +52,10 @@ def start_http(
         app,
         log_level="warning",
         access_log=False,
+        # No X-Forwarded-* rewriting of the client address (nothing here reads it; it parsed the peer
+        # address on every request) and no ``server: uvicorn`` header.
+        proxy_headers=False,
+        server_header=False,
         lifespan="off",
         timeout_keep_alive=30,
         ssl_certfile=tls_cert_file or None,
