@@ -176,3 +176,80 @@ def test_a_batch_becomes_one_otlp_request() -> None:
 def test_a_bad_endpoint_is_refused(endpoint: str) -> None:
     with pytest.raises(ValueError, match="http://host:port"):
         OtlpGrpcSink(endpoint, "x")
+
+
+def test_start_as_current_span_decorates_plain_and_coroutine_functions() -> None:
+    import asyncio
+
+    sink = Sink()
+    provider = LeanTracerProvider(sink)
+    tracer = provider.get_tracer("t")
+    seen: list[Any] = []
+
+    @tracer.start_as_current_span("plain", attributes={"n": 1})
+    def plain(x: int) -> int:
+        seen.append(trace.get_current_span())
+        return x + 1
+
+    @tracer.start_as_current_span("coro")
+    async def coro() -> str:
+        await asyncio.sleep(0.01)  # the span must cover the awaited body, not only the coroutine's creation
+        seen.append(trace.get_current_span())
+        raise ValueError("the secret query text")
+
+    assert plain(1) == 2 and plain(2) == 3
+    with pytest.raises(ValueError):
+        asyncio.run(coro())
+    provider.shutdown()
+    spans = sink.spans
+    assert [s.name for s in spans] == ["plain", "plain", "coro"]
+    # One span per call, each current inside its call, with distinct ids.
+    assert seen == spans and len({s.get_span_context().span_id for s in spans}) == 3
+    assert spans[0].attributes == {"n": 1}
+    coro_span = spans[2]
+    assert coro_span.end_ns - coro_span.start_ns >= 10_000_000
+    assert (coro_span.status_code, coro_span.status_description) == (StatusCode.ERROR, "ValueError")
+    assert not trace.get_current_span().is_recording()
+
+
+def test_a_manager_is_entered_once_and_end_on_exit_false_leaves_the_span_open() -> None:
+    provider = LeanTracerProvider(Sink())
+    tracer = provider.get_tracer("t")
+    manager = tracer.start_as_current_span("x", end_on_exit=False)
+    with manager as span:
+        pass
+    assert span.is_recording()  # not ended: the caller ends it
+    with pytest.raises(RuntimeError, match="only once"), manager:
+        pass
+    span.end()
+    provider.shutdown()
+
+
+def _private_imports(source: str) -> list[str]:
+    """Modules (or names) imported by ``source`` with a private component (``a._b``, ``from a import _b``)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [
+            n for n in names if n.startswith("opentelemetry") and any(p.startswith("_") for p in n.split("."))
+        ]
+    return found
+
+
+def test_the_tracer_uses_only_public_opentelemetry_api() -> None:
+    import inspect
+
+    from ragspine_services.common import lean_trace, tracing
+
+    for module in (lean_trace, tracing):
+        assert _private_imports(inspect.getsource(module)) == [], module.__name__
+    # Reverse proof: the checker catches the import the tracer used to have.
+    old = "from opentelemetry.util._decorator import _agnosticcontextmanager\n"
+    assert _private_imports(old) == ["opentelemetry.util._decorator._agnosticcontextmanager"]

@@ -16,11 +16,14 @@ a failed export is logged (once per minute at most) and dropped.
 from __future__ import annotations
 
 import collections
+import functools
+import inspect
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from opentelemetry import context as context_api
@@ -33,7 +36,6 @@ from opentelemetry.trace import (
     StatusCode,
     TraceFlags,
 )
-from opentelemetry.util._decorator import _agnosticcontextmanager
 
 _LOG = logging.getLogger("ragspine_services.tracing")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -164,8 +166,7 @@ class LeanTracer(trace.Tracer):
         start = start_time or time.time_ns()
         return LeanSpan(name, span_context, parent, kind, attributes, self._record, start)
 
-    @_agnosticcontextmanager  # what the API's Tracer declares (a context manager usable as a decorator)
-    def start_as_current_span(
+    def start_as_current_span(  # type: ignore[override]
         self,
         name: str,
         context: Any = None,
@@ -176,19 +177,85 @@ class LeanTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
         end_on_exit: bool = True,
-    ) -> Iterator[trace.Span]:
-        span = self.start_span(name, context, kind, attributes, start_time=start_time)
-        token = context_api.attach(trace.set_span_in_context(span))
+    ) -> CurrentSpan:
+        """A span made the current one for a ``with`` block (or, used as a decorator, for every call of
+        the decorated function, coroutine functions included), as the API's ``Tracer`` declares."""
+        return CurrentSpan(
+            self.start_span,
+            (name, context, kind, attributes),
+            start_time,
+            record_exception or set_status_on_exception,
+            end_on_exit,
+        )
+
+
+class CurrentSpan:
+    """What ``LeanTracer.start_as_current_span`` returns: a context manager that starts the span on entry
+    and makes it current, and on exit restores the previous context, marks the span failed (exception
+    type only) if the block raised an ``Exception``, and ends it. As a decorator it does the same around
+    every call of the function (for a coroutine function, around the whole awaited call)."""
+
+    __slots__ = ("_args", "_end_on_exit", "_mark_errors", "_span", "_start", "_start_time", "_token")
+
+    def __init__(
+        self,
+        start: Callable[..., trace.Span],
+        args: tuple[Any, ...],
+        start_time: int | None,
+        mark_errors: bool,
+        end_on_exit: bool,
+    ) -> None:
+        self._start = start
+        self._args = args
+        self._start_time = start_time
+        self._mark_errors = mark_errors
+        self._end_on_exit = end_on_exit
+        self._span: trace.Span | None = None
+        self._token: Any = None
+
+    def _fresh(self) -> CurrentSpan:
+        """A new, unentered manager with the same arguments (one per decorated call)."""
+        return CurrentSpan(self._start, self._args, self._start_time, self._mark_errors, self._end_on_exit)
+
+    def __enter__(self) -> trace.Span:
+        if self._span is not None:
+            raise RuntimeError("a start_as_current_span manager can be entered only once")
+        span = self._span = self._start(*self._args, start_time=self._start_time)
+        self._token = context_api.attach(trace.set_span_in_context(span))
+        return span
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        span = self._span
+        assert span is not None, "__exit__ without __enter__"
         try:
-            yield span
-        except Exception as exc:
-            if set_status_on_exception or record_exception:
+            if exc is not None and isinstance(exc, Exception) and self._mark_errors:
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            raise
         finally:
-            context_api.detach(token)
-            if end_on_exit:
+            context_api.detach(self._token)
+            if self._end_on_exit:
                 span.end()
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def traced_coroutine(*args: Any, **kwargs: Any) -> Any:
+                with self._fresh():
+                    return await func(*args, **kwargs)
+
+            return traced_coroutine
+
+        @functools.wraps(func)
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            with self._fresh():
+                return func(*args, **kwargs)
+
+        return traced
 
 
 class BatchExporter:
