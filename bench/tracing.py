@@ -1,17 +1,29 @@
 """Tracing overhead per Retrieve: the same split deployment with tracing off and on, same run.
 
-Ingests once, copies the data folder, then runs two real worker + front deployments (subprocesses,
-loopback) side by side: one plain, one with ``RAGSPINE_OTLP_ENDPOINT`` pointing at an OTLP collector run
-by this script (it accepts and counts spans). The same hybrid queries go one at a time to each (every
-Retrieve makes one front→worker Embed call, i.e. three traced RPC spans plus one span per pipeline
-stage), in alternating rounds (off/on, then on/off, ...) so that both see the same machine load; the
-script prints p50 / p99 latency of both and the median over rounds of the per-round p50 difference, and
-the CPU time the front and worker processes used per query in each deployment (export threads included;
-unlike wall-clock latency it does not depend on what else runs on the machine). Goal: tracing adds
-<= 0.2 ms at p50.
+Ingests once, copies the data folder, then runs real worker + front deployments (subprocesses, loopback)
+side by side: one plain, one with ``RAGSPINE_OTLP_ENDPOINT`` pointing at an OTLP collector (a separate
+process started by this script; it accepts and counts spans), and with ``--aa`` a second plain one as an
+A/A control (the difference two identical deployments show: the resolution of the figure). The worker
+embeds with the deterministic backend by default, so a hybrid query costs a few ms of pipeline and gRPC
+and tracing is the difference (``--embedding minilm`` for the real model as context). Every Retrieve
+makes one front→worker Embed call, i.e. three traced RPC spans plus one span per pipeline stage.
 
-Usage: python bench/tracing.py [--data ../shared/data/scifact] [--docs 2000] [--queries 300]
-       [--rounds 10] [--sample-ratio 1.0] [--json]
+Queries go one at a time in many short alternating rounds (the order of the deployments rotates every
+round) so all see the same machine load. Figures:
+
+- added p50: the median over rounds of the per-round p50 difference (traced minus plain), with a 95 %
+  bootstrap interval of that median and the interquartile range of the per-round differences;
+- CPU per query of front + worker (all their threads, from ``/proc/<pid>/task/*/schedstat``, ns), the
+  background export thread included; the added CPU per query with a 95 % bootstrap interval over rounds.
+  Unlike wall-clock latency it does not depend on what else runs on the machine;
+- the collector's CPU per query on a separate line (a real collector runs elsewhere);
+- with ``--micro``, in-process costs of the tracer's parts (process CPU time per operation).
+
+Goal: tracing adds <= 0.2 ms at p50.
+
+Usage: python bench/tracing.py [--data ../shared/data/scifact] [--docs 200] [--queries 300]
+       [--rounds 60] [--per-round 10] [--sample-ratio 1.0] [--aa] [--micro] [--embedding deterministic]
+       [--json]
 Without SciFact the bundled sample corpus is used.
 """
 
@@ -21,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -29,13 +42,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc
@@ -99,12 +113,34 @@ def _corpus(data: Path | None, docs: int) -> tuple[list[Any], list[str]]:
 
 
 def _cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds the processes ``pids`` have used so far (Linux ``/proc``)."""
-    total = 0
+    """CPU seconds the processes ``pids`` have used so far, all their live threads (Linux ``/proc``):
+    ``schedstat`` in ns where the kernel has it, else ``stat``'s utime + stime in clock ticks."""
+    total_ns = 0
     for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / os.sysconf("SC_CLK_TCK")
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+            for task in tasks:
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that just ended
+                    total_ns += int((task / "schedstat").read_text().split()[0])
+        except FileNotFoundError:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total_ns += (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
+    return total_ns / 1e9
+
+
+def _collector_main() -> int:
+    """``--collector``: an OTLP/gRPC collector process; prints its port, serves until stdin closes,
+    then prints the number of spans it received."""
+    sink = _Sink()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    sys.stdin.read()
+    server.stop(0)
+    print(sink.spans, flush=True)
+    return 0
 
 
 @contextlib.contextmanager
@@ -112,7 +148,7 @@ def _setup(data_dir: Path, env: dict[str, str]) -> Iterator[Any]:
     """A real worker and front (subprocesses, loopback) over ``data_dir``; yields a Retrieve stub (its
     ``pids`` attribute lists both processes)."""
     worker_port, front_port = _free_port(), _free_port()
-    base = {**os.environ, "RAGSPINE_EMBEDDING": "deterministic", **env}
+    base = {**os.environ, **env}
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "ragspine", "serve", "worker", "--port", str(worker_port)],
@@ -146,9 +182,9 @@ def _request(query: str) -> Any:
     )
 
 
-def _ingest(data_dir: Path, documents: list[Any], queries: list[str]) -> None:
+def _ingest(data_dir: Path, documents: list[Any], queries: list[str], env: dict[str, str]) -> None:
     """Ingest into ``data_dir`` (tracing off) and wait until every chunk has its vectors."""
-    with _setup(data_dir, {}) as stub:
+    with _setup(data_dir, env) as stub:
         for start in range(0, len(documents), 500):
             batch = documents[start : start + 500]
             stub.Ingest(retrieval_pb2.IngestRequest(library="bench", documents=batch), timeout=600)
@@ -181,81 +217,253 @@ def _load() -> str:
         return "n/a"
 
 
+def _bootstrap_median(values: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the median of ``values`` (seeded: the same data, the same
+    interval)."""
+    rng = random.Random(20261201)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
+def _bootstrap_mean_ratio(num: list[float], den: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """95 % bootstrap interval of sum(num) / sum(den), resampling rounds."""
+    rng = random.Random(20261202)
+    pairs = list(zip(num, den, strict=True))
+    ratios = []
+    for _ in range(resamples):
+        sample = rng.choices(pairs, k=len(pairs))
+        ratios.append(sum(n for n, _ in sample) / max(1e-12, sum(d for _, d in sample)))
+    ratios.sort()
+    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def _per_op_us(fn: Callable[[int], None], n: int) -> float:
+    fn(n // 10)  # warm-up
+    started = time.process_time()
+    fn(n)
+    return (time.process_time() - started) / n * 1e6
+
+
+def _micro(n: int = 20000) -> dict[str, float]:
+    """In-process CPU cost (µs per operation) of the tracer's parts, spans recorded into a list."""
+    from opentelemetry import context as context_api
+
+    from ragspine.tracing import stage_span
+    from ragspine_services.common.lean_trace import LeanSpan, LeanTracer, OtlpGrpcSink
+    from ragspine_services.common.tracing import _rpc_attributes, format_traceparent, parent_context
+
+    ended: list[LeanSpan] = []
+    tracer = LeanTracer(1.0, ended.append)
+    attributes = _rpc_attributes("/ragspine.v1.RetrievalService/Retrieve")
+    root = tracer.start_span("root")
+    header = format_traceparent(root.get_span_context())
+    metadata = [("user-agent", "grpc-python"), ("traceparent", header)]
+    root_token = context_api.attach(trace.set_span_in_context(root))
+    trace.set_tracer_provider(_MicroProvider(tracer))  # what stage_span's proxy tracer resolves to
+
+    def child_span(k: int) -> None:
+        for _ in range(k):
+            span = tracer.start_span("x", attributes=attributes)
+            token = context_api.attach(trace.set_span_in_context(span))
+            context_api.detach(token)
+            span.end()
+        ended.clear()
+
+    def stage(k: int) -> None:
+        for _ in range(k):
+            with stage_span("lexical", libraries=1):
+                pass
+        ended.clear()
+
+    def inject(k: int) -> None:
+        context = root.get_span_context()
+        for _ in range(k):
+            format_traceparent(context)
+
+    def extract(k: int) -> None:
+        for _ in range(k):
+            parent_context(metadata)
+
+    rows = {
+        "child span (start, make current, end) us": _per_op_us(child_span, n),
+        "stage_span us": _per_op_us(stage, n),
+        "traceparent inject us": _per_op_us(inject, n),
+        "traceparent extract us": _per_op_us(extract, n),
+    }
+    for _ in range(512):
+        tracer.start_span("ragspine.lexical", attributes={"libraries": 1}).end()
+        tracer.start_span("ragspine.v1.RetrievalService/Retrieve", attributes=attributes).end()
+    batch = list(ended)
+    sink = OtlpGrpcSink("http://127.0.0.1:9", "bench")
+    try:
+        rounds = 20
+        started = time.process_time()
+        for _ in range(rounds):
+            sink.serialize(batch)
+        rows["OTLP encoding per span (export thread) us"] = (
+            (time.process_time() - started) / rounds / len(batch) * 1e6
+        )
+    finally:
+        sink.close()
+    context_api.detach(root_token)
+    return rows
+
+
+class _MicroProvider(trace.TracerProvider):
+    """A tracer provider that hands out one given tracer (for ``--micro``'s stage_span row)."""
+
+    def __init__(self, tracer: Any) -> None:
+        self._tracer = tracer
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        return self._tracer
+
+
+def _fmt_interval(low: float, high: float) -> str:
+    return f"[{low:+.3f}, {high:+.3f}]"
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:] == ["--collector"]:
+        return _collector_main()
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--docs", type=int, default=2000)
-    parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds (queries split evenly)")
+    parser.add_argument("--docs", type=int, default=200)
+    parser.add_argument("--queries", type=int, default=300, help="distinct queries, used in turn")
+    parser.add_argument("--rounds", type=int, default=60, help="alternating rounds")
+    parser.add_argument("--per-round", type=int, default=10, help="queries per deployment and round")
+    parser.add_argument("--aa", action="store_true", help="add a second untraced deployment (A/A control)")
+    parser.add_argument("--micro", action="store_true", help="also measure the tracer's parts in-process")
+    parser.add_argument("--embedding", default="deterministic", help="the worker's RAGSPINE_EMBEDDING")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--sample-ratio", type=float, default=1.0, help="RAGSPINE_OTLP_SAMPLE_RATIO of the traced setup"
     )
     args = parser.parse_args(argv)
+    if args.rounds < 4 or args.per_round < 1 or args.queries < 1:
+        parser.error("--rounds must be >= 4, --per-round and --queries >= 1")
     documents, queries = _corpus(args.data if args.data.is_dir() else None, args.docs)
     queries = queries[: args.queries]
-    sink = _Sink()
-    collector = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, collector)
-    otlp_port = collector.add_insecure_port("127.0.0.1:0")
-    collector.start()
-    traced = {
-        "RAGSPINE_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
-        "RAGSPINE_OTLP_SAMPLE_RATIO": str(args.sample_ratio),
-    }
-    block = max(1, len(queries) // args.rounds)
-    latencies: dict[str, list[float]] = {"off": [], "on": []}
-    cpu_s = {"off": 0.0, "on": 0.0}
-    added: list[float] = []
     loads = [_load()]
+    collector = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--collector"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert collector.stdout is not None and collector.stdin is not None
+    otlp_port = int(collector.stdout.readline())
+    common = {"RAGSPINE_EMBEDDING": args.embedding}
+    envs = {
+        "off": common,
+        "on": {
+            **common,
+            "RAGSPINE_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+            "RAGSPINE_OTLP_SAMPLE_RATIO": str(args.sample_ratio),
+        },
+    }
+    if args.aa:
+        envs["off2"] = common
+    names = list(envs)
+    latencies: dict[str, list[float]] = {name: [] for name in names}
+    cpu_round: dict[str, list[float]] = {name: [] for name in names}
+    p50_round: dict[str, list[float]] = {name: [] for name in names}
+    collector_cpu = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        plain_dir, traced_dir = Path(tmp) / "off", Path(tmp) / "on"
-        print(f"tracing bench: {len(documents)} documents, {len(queries)} hybrid queries", file=sys.stderr)
-        # Ingest once (tracing off); the traced deployment gets a copy of the same data (vectors included).
-        _ingest(plain_dir, documents, queries)
-        shutil.copytree(plain_dir, traced_dir)
-        with _setup(plain_dir, {}) as plain, _setup(traced_dir, traced) as traced_stub:
-            stubs = {"off": plain, "on": traced_stub}
+        dirs = {name: Path(tmp) / name for name in names}
+        print(
+            f"tracing bench: {len(documents)} documents, {len(queries)} hybrid queries, "
+            f"{args.rounds} rounds x {args.per_round}, embedding {args.embedding}",
+            file=sys.stderr,
+        )
+        # Ingest once (tracing off); the other deployments get a copy of the same data (vectors included).
+        _ingest(dirs["off"], documents, queries, common)
+        for name in names[1:]:
+            shutil.copytree(dirs["off"], dirs[name])
+        with contextlib.ExitStack() as stack:
+            stubs = {name: stack.enter_context(_setup(dirs[name], envs[name])) for name in names}
             for stub in stubs.values():
-                _timed(stub, queries[:20])  # warm-up: caches, connections
+                _timed(stub, queries[:30])  # warm-up: caches, connections
+            position = 0
+            collector_before = _cpu_s([collector.pid])
             for r in range(args.rounds):
-                chunk = queries[r * block : (r + 1) * block]
-                order = ("off", "on") if r % 2 == 0 else ("on", "off")
-                per_round = {}
+                chunk = [queries[(position + i) % len(queries)] for i in range(args.per_round)]
+                position += args.per_round
+                order = names[r % len(names) :] + names[: r % len(names)]
+                if (r // len(names)) % 2:
+                    order.reverse()
                 for name in order:
                     before = _cpu_s(stubs[name].pids)
-                    per_round[name] = _timed(stubs[name], chunk)
-                    cpu_s[name] += _cpu_s(stubs[name].pids) - before
-                for name, values in per_round.items():
+                    values = _timed(stubs[name], chunk)
+                    cpu_round[name].append(_cpu_s(stubs[name].pids) - before)
                     latencies[name] += values
-                added.append(statistics.median(per_round["on"]) - statistics.median(per_round["off"]))
+                    p50_round[name].append(statistics.median(values))
+            # Let the last batch reach the collector before reading its CPU and span count.
+            time.sleep(1.0)
+            collector_cpu = _cpu_s([collector.pid]) - collector_before
             loads.append(_load())
-    collector.stop(0)
-    rows: dict[str, Any] = {name: _summary(values) for name, values in latencies.items()}
-    rows["added_p50_ms"] = statistics.median(added)
-    # Front + worker CPU per query (their background export threads included): the cost tracing adds
-    # whatever the load of the machine does to wall-clock latency.
-    for name in ("off", "on"):
-        rows[name]["server_cpu_ms_per_query"] = cpu_s[name] * 1e3 / max(1, len(latencies[name]))
-    cpu = {name: rows[name]["server_cpu_ms_per_query"] for name in ("off", "on")}
-    rows["added_cpu_ms_per_query"] = cpu["on"] - cpu["off"]
-    rows["added_p50_per_round_ms"] = added
-    rows["spans_exported"] = sink.spans
+    collector.stdin.close()
+    spans = int(collector.stdout.readline() or 0)
+    collector.wait(timeout=30)
+
+    per_round_queries = [float(args.per_round)] * args.rounds
+    rows: dict[str, Any] = {}
+    for name in names:
+        rows[name] = {
+            **_summary(latencies[name]),
+            "server_cpu_ms_per_query": sum(cpu_round[name]) * 1e3 / len(latencies[name]),
+        }
+    versus = [("on", "off")] + ([("off2", "off")] if args.aa else [])
+    for a, b in versus:
+        diffs = [x - y for x, y in zip(p50_round[a], p50_round[b], strict=True)]
+        cpu_diffs = [(x - y) * 1e3 for x, y in zip(cpu_round[a], cpu_round[b], strict=True)]
+        rows[f"{a}-{b}"] = {
+            "added_p50_ms": statistics.median(diffs),
+            "added_p50_ci95_ms": _bootstrap_median(diffs),
+            "per_round_p50_diff_iqr_ms": _quartiles(diffs),
+            "added_cpu_ms_per_query": statistics.fmean(cpu_diffs) / args.per_round,
+            "added_cpu_ci95_ms": _bootstrap_mean_ratio(cpu_diffs, per_round_queries),
+            "per_round_p50_diff_ms": diffs,
+        }
+    traced_queries = len(latencies["on"])
+    rows["collector_cpu_ms_per_traced_query"] = collector_cpu * 1e3 / traced_queries
+    rows["spans_exported"] = spans
+    rows["spans_per_traced_query"] = spans / (traced_queries + 30)
     rows["load_average"] = loads
+    if args.micro:
+        rows["micro_us"] = _micro()
     if args.json:
         print(json.dumps(rows, indent=2))
-    else:
-        for name in ("off", "on"):
-            print(
-                f"tracing {name:3}  p50 {rows[name]['p50_ms']:7.3f} ms  p99 {rows[name]['p99_ms']:7.3f} ms  "
-                f"front+worker CPU {rows[name]['server_cpu_ms_per_query']:.3f} ms/query"
-            )
+        return 0
+    for name in names:
         print(
-            f"added p50 (median of {args.rounds} alternating rounds of {block} queries): "
-            f"{rows['added_p50_ms']:+.3f} ms (goal <= 0.2 ms) at sample ratio {args.sample_ratio}; "
-            f"spans exported: {sink.spans}; load average before / after: {loads[0]} / {loads[1]}"
+            f"tracing {name:4}  p50 {rows[name]['p50_ms']:7.3f} ms  p99 {rows[name]['p99_ms']:7.3f} ms  "
+            f"front+worker CPU {rows[name]['server_cpu_ms_per_query']:.3f} ms/query"
         )
-        print(f"added front+worker CPU per query: {rows['added_cpu_ms_per_query']:+.3f} ms")
+    for a, b in versus:
+        row = rows[f"{a}-{b}"]
+        low, high = row["per_round_p50_diff_iqr_ms"]
+        label = "added (traced - plain)" if a == "on" else "A/A control (plain - plain)"
+        print(
+            f"{label}: p50 {row['added_p50_ms']:+.3f} ms, 95% CI {_fmt_interval(*row['added_p50_ci95_ms'])}, "
+            f"per-round IQR {_fmt_interval(low, high)} (median of {args.rounds} rounds of {args.per_round}); "
+            f"front+worker CPU {row['added_cpu_ms_per_query']:+.3f} ms/query, "
+            f"95% CI {_fmt_interval(*row['added_cpu_ci95_ms'])}"
+        )
+    print(
+        f"collector CPU {rows['collector_cpu_ms_per_traced_query']:.3f} ms per traced query (separate "
+        f"process; a real collector runs elsewhere); spans exported {spans} "
+        f"({rows['spans_per_traced_query']:.1f} per traced query) at sample ratio {args.sample_ratio}; "
+        f"goal <= 0.2 ms added p50"
+    )
+    print(f"load average before / after: {loads[0]} / {loads[1]}")
+    for key, value in rows.get("micro_us", {}).items():
+        print(f"  {key}: {value:.2f}")
     return 0
 
 

@@ -441,6 +441,10 @@ class OtlpGrpcSink:
             ]
         )
 
+    def serialize(self, batch: Sequence[LeanSpan]) -> bytes:
+        """The serialized ``ExportTraceServiceRequest`` of ``batch`` (what goes on the wire)."""
+        return bytes(self.encode(batch).SerializeToString())
+
     def __call__(self, batch: Sequence[LeanSpan]) -> None:
         self._stub.Export(self.encode(batch), timeout=self._timeout_s)
 
