@@ -253,3 +253,55 @@ def test_the_tracer_uses_only_public_opentelemetry_api() -> None:
     # Reverse proof: the checker catches the import the tracer used to have.
     old = "from opentelemetry.util._decorator import _agnosticcontextmanager\n"
     assert _private_imports(old) == ["opentelemetry.util._decorator._agnosticcontextmanager"]
+
+
+def _varied_spans() -> list[LeanSpan]:
+    """Spans covering every field the wire encoder writes: root / child, remote parent with trace state,
+    error and ok statuses, each attribute type (a list one is not cacheable), none, repeats, non-ASCII."""
+    from opentelemetry.trace import TraceState
+
+    sink = Sink()
+    provider = LeanTracerProvider(sink)
+    tracer = provider.get_tracer("t")
+    shared = {"rpc.system": "grpc", "rpc.method": "Retrieve", "rpc.grpc.status_code": 0}
+    state = TraceState([("vendor", "opaque-1")])
+    remote = SpanContext(
+        0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF,
+        0x8000000000000001,
+        is_remote=True,
+        trace_flags=TraceFlags(1),
+        trace_state=state,
+    )
+    with tracer.start_as_current_span("ragspine.v1.Svc/Retrieve", kind=SpanKind.SERVER, attributes=shared):
+        for i in range(3):
+            tracer.start_span("ragspine.lexical", attributes=shared).end()
+        failed = tracer.start_span("Embed ▸ grün", kind=SpanKind.CLIENT, attributes={"b": False, "l": [1, 2]})
+        failed.set_status(StatusCode.ERROR, "UNAVAILABLE")
+        failed.end()
+        ok = tracer.start_span("ok", kind=SpanKind.PRODUCER, attributes={"f": -0.25, "i": -7, "s": ""})
+        ok.set_status(StatusCode.OK)
+        ok.end()
+    tracer.start_span("remote child", context=trace.set_span_in_context(NonRecordingSpan(remote))).end()
+    provider.shutdown()
+    return sink.spans
+
+
+def test_the_wire_encoder_writes_the_message_the_generated_classes_build() -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    spans = _varied_spans()
+    assert len(spans) == 7 and any(s.get_span_context().trace_state for s in spans)
+    otlp = OtlpGrpcSink("http://127.0.0.1:1", "ragspine-front")
+    try:
+        expected = otlp.encode(spans)
+        for _ in range(2):  # the second pass runs from the caches
+            wire = otlp.serialize(spans)
+            assert ExportTraceServiceRequest.FromString(wire) == expected
+        assert ExportTraceServiceRequest.FromString(otlp.serialize(spans[:1])) == otlp.encode(spans[:1])
+        # Reverse proof: the comparison notices a change of one byte inside a span's end time.
+        end = spans[0].end_ns.to_bytes(8, "little")
+        assert wire.count(end) == 1
+        broken = wire.replace(end, (spans[0].end_ns + 1).to_bytes(8, "little"))
+        assert ExportTraceServiceRequest.FromString(broken) != expected
+    finally:
+        otlp.close()
