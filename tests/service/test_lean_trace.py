@@ -273,7 +273,7 @@ def _varied_spans() -> list[LeanSpan]:
         trace_state=state,
     )
     with tracer.start_as_current_span("ragspine.v1.Svc/Retrieve", kind=SpanKind.SERVER, attributes=shared):
-        for i in range(3):
+        for _ in range(3):
             tracer.start_span("ragspine.lexical", attributes=shared).end()
         failed = tracer.start_span("Embed ▸ grün", kind=SpanKind.CLIENT, attributes={"b": False, "l": [1, 2]})
         failed.set_status(StatusCode.ERROR, "UNAVAILABLE")
@@ -305,3 +305,32 @@ def test_the_wire_encoder_writes_the_message_the_generated_classes_build() -> No
         assert ExportTraceServiceRequest.FromString(broken) != expected
     finally:
         otlp.close()
+
+
+def test_stage_span_nests_in_the_request_span_and_keeps_only_an_exception_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ragspine import tracing as library_tracing
+
+    sink = Sink()
+    provider = LeanTracerProvider(sink)
+    tracer = provider.get_tracer("t")
+    monkeypatch.setattr(library_tracing, "_TRACER", tracer)
+    with library_tracing.stage_span("lexical", libraries=2) as untraced:
+        assert untraced is None  # no request span: nothing recorded
+    with tracer.start_as_current_span("request") as request:
+        with library_tracing.stage_span("lexical", libraries=2) as stage:
+            assert trace.get_current_span() is stage
+        with pytest.raises(KeyError), library_tracing.stage_span("dense"):
+            raise KeyError("the secret query text")
+        assert trace.get_current_span() is request
+    provider.shutdown()
+    by_name = {s.name: s for s in sink.spans}
+    assert set(by_name) == {"request", "ragspine.lexical", "ragspine.dense"}
+    assert by_name["ragspine.lexical"].parent == request.get_span_context()
+    assert by_name["ragspine.lexical"].attributes == {"libraries": 2}
+    assert (by_name["ragspine.dense"].status_code, by_name["ragspine.dense"].status_description) == (
+        StatusCode.ERROR,
+        "KeyError",
+    )
+    assert by_name["ragspine.dense"].end_ns and by_name["ragspine.lexical"].end_ns
