@@ -112,19 +112,22 @@ def _corpus(data: Path | None, docs: int) -> tuple[list[Any], list[str]]:
     return documents, ["battery life", "revenue in Hong Kong", "warranty terms", "shift schedule"] * 50
 
 
-def _cpu_s(pids: list[int]) -> float:
-    """CPU seconds the processes ``pids`` have used so far, all their live threads (Linux ``/proc``):
-    ``schedstat`` in ns where the kernel has it, else ``stat``'s utime + stime in clock ticks."""
+EXPORT_THREAD = "ragspine-span-e"  # the tracer's export thread as /proc names it (first 15 bytes)
+
+
+def _cpu_s(pids: list[int], *, export: bool | None = None) -> float:
+    """CPU seconds the processes ``pids`` have used so far, from each live thread's ``schedstat`` (ns;
+    Linux ``/proc``): all threads (``export=None``), only the tracer's export thread (True) or all but
+    it (False)."""
     total_ns = 0
     for pid in pids:
-        try:
-            tasks = list(Path(f"/proc/{pid}/task").iterdir())
-            for task in tasks:
-                with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that just ended
-                    total_ns += int((task / "schedstat").read_text().split()[0])
-        except FileNotFoundError:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total_ns += (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that just ended
+                if export is not None:
+                    is_export = (task / "comm").read_text().strip() == EXPORT_THREAD
+                    if is_export != export:
+                        continue
+                total_ns += int((task / "schedstat").read_text().split()[0])
     return total_ns / 1e9
 
 
@@ -195,12 +198,18 @@ def _ingest(data_dir: Path, documents: list[Any], queries: list[str], env: dict[
             time.sleep(0.5)
 
 
-def _timed(stub: Any, queries: list[str]) -> list[float]:
+def _timed(stub: Any, queries: list[str], flags: str | None = None) -> list[float]:
+    """Latency (ms) of each query, one at a time; with ``flags`` ("01" sampled, "00" not) every request
+    carries a W3C ``traceparent`` of a new trace with those flags, as from a traced caller."""
     latencies = []
     for query in queries:
         request = _request(query)
+        metadata = None
+        if flags is not None:
+            header = f"00-{random.getrandbits(128) | 1:032x}-{random.getrandbits(64) | 1:016x}-{flags}"
+            metadata = (("traceparent", header),)
         started = time.perf_counter()
-        stub.Retrieve(request, timeout=30)
+        stub.Retrieve(request, timeout=30, metadata=metadata)
         latencies.append((time.perf_counter() - started) * 1e3)
     return latencies
 
@@ -328,6 +337,21 @@ def _fmt_interval(low: float, high: float) -> str:
     return f"[{low:+.3f}, {high:+.3f}]"
 
 
+# The arms measured in alternating rounds: (deployment, traceparent flags sent by the client).
+ARMS = {
+    "off": ("off", None),  # plain deployment: no interceptor at all
+    "unsampled": ("traced", "00"),  # traced deployment, the caller's trace not sampled: nothing recorded
+    "on": ("traced", "01"),  # traced deployment, sampled: every span recorded and exported
+    "off2": ("off2", None),  # --aa: a second plain deployment
+}
+FIGURES = {
+    ("on", "unsampled"): "recording + export, same processes (on - unsampled)",
+    ("unsampled", "off"): "interceptors installed, request unsampled (unsampled - plain)",
+    ("on", "off"): "total (on - plain)",
+    ("off2", "off"): "A/A control (plain2 - plain)",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:] == ["--collector"]:
         return _collector_main()
@@ -336,14 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--queries", type=int, default=300, help="distinct queries, used in turn")
     parser.add_argument("--rounds", type=int, default=60, help="alternating rounds")
-    parser.add_argument("--per-round", type=int, default=10, help="queries per deployment and round")
-    parser.add_argument("--aa", action="store_true", help="add a second untraced deployment (A/A control)")
+    parser.add_argument("--per-round", type=int, default=10, help="queries per arm and round")
+    parser.add_argument("--aa", action="store_true", help="add a second plain deployment (A/A control)")
     parser.add_argument("--micro", action="store_true", help="also measure the tracer's parts in-process")
     parser.add_argument("--embedding", default="deterministic", help="the worker's RAGSPINE_EMBEDDING")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument(
-        "--sample-ratio", type=float, default=1.0, help="RAGSPINE_OTLP_SAMPLE_RATIO of the traced setup"
-    )
     args = parser.parse_args(argv)
     if args.rounds < 4 or args.per_round < 1 or args.queries < 1:
         parser.error("--rounds must be >= 4, --per-round and --queries >= 1")
@@ -358,79 +379,90 @@ def main(argv: list[str] | None = None) -> int:
     )
     assert collector.stdout is not None and collector.stdin is not None
     otlp_port = int(collector.stdout.readline())
-    common = {"RAGSPINE_EMBEDDING": args.embedding}
+    # The same string hashing in every process: one less difference between two deployments.
+    common = {"RAGSPINE_EMBEDDING": args.embedding, "PYTHONHASHSEED": "0"}
     envs = {
         "off": common,
-        "on": {
+        "traced": {
             **common,
             "RAGSPINE_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
-            "RAGSPINE_OTLP_SAMPLE_RATIO": str(args.sample_ratio),
+            "RAGSPINE_OTLP_SAMPLE_RATIO": "1.0",
         },
     }
+    arms = ["off", "unsampled", "on"]
     if args.aa:
         envs["off2"] = common
-    names = list(envs)
-    latencies: dict[str, list[float]] = {name: [] for name in names}
-    cpu_round: dict[str, list[float]] = {name: [] for name in names}
-    p50_round: dict[str, list[float]] = {name: [] for name in names}
-    collector_cpu = 0.0
+        arms.append("off2")
+    latencies: dict[str, list[float]] = {arm: [] for arm in arms}
+    cpu_round: dict[str, list[float]] = {arm: [] for arm in arms}  # request threads (export excluded)
+    p50_round: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
-        dirs = {name: Path(tmp) / name for name in names}
+        dirs = {name: Path(tmp) / name for name in envs}
         print(
             f"tracing bench: {len(documents)} documents, {len(queries)} hybrid queries, "
-            f"{args.rounds} rounds x {args.per_round}, embedding {args.embedding}",
+            f"{args.rounds} rounds x {args.per_round} per arm, embedding {args.embedding}",
             file=sys.stderr,
         )
         # Ingest once (tracing off); the other deployments get a copy of the same data (vectors included).
         _ingest(dirs["off"], documents, queries, common)
-        for name in names[1:]:
+        for name in list(envs)[1:]:
             shutil.copytree(dirs["off"], dirs[name])
         with contextlib.ExitStack() as stack:
-            stubs = {name: stack.enter_context(_setup(dirs[name], envs[name])) for name in names}
-            for stub in stubs.values():
-                _timed(stub, queries[:30])  # warm-up: caches, connections
-            position = 0
+            stubs = {name: stack.enter_context(_setup(dirs[name], envs[name])) for name in envs}
+            for arm in arms:
+                deployment, flags = ARMS[arm]
+                _timed(stubs[deployment], queries[:30], flags)  # warm-up: caches, connections
+            time.sleep(1.5)  # the warm-up's spans leave before the export thread's CPU is read
+            traced_pids = stubs["traced"].pids
+            export_before = _cpu_s(traced_pids, export=True)
             collector_before = _cpu_s([collector.pid])
+            position = 0
             for r in range(args.rounds):
                 chunk = [queries[(position + i) % len(queries)] for i in range(args.per_round)]
                 position += args.per_round
-                order = names[r % len(names) :] + names[: r % len(names)]
-                if (r // len(names)) % 2:
+                order = arms[r % len(arms) :] + arms[: r % len(arms)]
+                if (r // len(arms)) % 2:
                     order.reverse()
-                for name in order:
-                    before = _cpu_s(stubs[name].pids)
-                    values = _timed(stubs[name], chunk)
-                    cpu_round[name].append(_cpu_s(stubs[name].pids) - before)
-                    latencies[name] += values
-                    p50_round[name].append(statistics.median(values))
-            # Let the last batch reach the collector before reading its CPU and span count.
-            time.sleep(1.0)
+                for arm in order:
+                    deployment, flags = ARMS[arm]
+                    pids = stubs[deployment].pids
+                    before = _cpu_s(pids, export=False)
+                    values = _timed(stubs[deployment], chunk, flags)
+                    cpu_round[arm].append(_cpu_s(pids, export=False) - before)
+                    latencies[arm] += values
+                    p50_round[arm].append(statistics.median(values))
+            time.sleep(1.5)  # the last batch reaches the collector
+            export_cpu = _cpu_s(traced_pids, export=True) - export_before
             collector_cpu = _cpu_s([collector.pid]) - collector_before
             loads.append(_load())
     collector.stdin.close()
     spans = int(collector.stdout.readline() or 0)
     collector.wait(timeout=30)
 
+    traced_queries = len(latencies["on"])
+    export_ms = export_cpu * 1e3 / traced_queries
     per_round_queries = [float(args.per_round)] * args.rounds
     rows: dict[str, Any] = {}
-    for name in names:
-        rows[name] = {
-            **_summary(latencies[name]),
-            "server_cpu_ms_per_query": sum(cpu_round[name]) * 1e3 / len(latencies[name]),
+    for arm in arms:
+        rows[arm] = {
+            **_summary(latencies[arm]),
+            "request_cpu_ms_per_query": sum(cpu_round[arm]) * 1e3 / len(latencies[arm]),
         }
-    versus = [("on", "off")] + ([("off2", "off")] if args.aa else [])
-    for a, b in versus:
+    rows["on"]["export_thread_cpu_ms_per_query"] = export_ms
+    figures = [pair for pair in FIGURES if pair[1] in arms and pair[0] in arms]
+    for a, b in figures:
         diffs = [x - y for x, y in zip(p50_round[a], p50_round[b], strict=True)]
         cpu_diffs = [(x - y) * 1e3 for x, y in zip(cpu_round[a], cpu_round[b], strict=True)]
+        # The export thread's CPU is counted apart (it runs whenever a batch is due, in any round).
+        extra = export_ms if a == "on" else 0.0
+        low, high = _bootstrap_mean_ratio(cpu_diffs, per_round_queries)
         rows[f"{a}-{b}"] = {
             "added_p50_ms": statistics.median(diffs),
             "added_p50_ci95_ms": _bootstrap_median(diffs),
             "per_round_p50_diff_iqr_ms": _quartiles(diffs),
-            "added_cpu_ms_per_query": statistics.fmean(cpu_diffs) / args.per_round,
-            "added_cpu_ci95_ms": _bootstrap_mean_ratio(cpu_diffs, per_round_queries),
-            "per_round_p50_diff_ms": diffs,
+            "added_cpu_ms_per_query": statistics.fmean(cpu_diffs) / args.per_round + extra,
+            "added_cpu_ci95_ms": (low + extra, high + extra),
         }
-    traced_queries = len(latencies["on"])
     rows["collector_cpu_ms_per_traced_query"] = collector_cpu * 1e3 / traced_queries
     rows["spans_exported"] = spans
     rows["spans_per_traced_query"] = spans / (traced_queries + 30)
@@ -440,26 +472,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    for name in names:
+    for arm in arms:
         print(
-            f"tracing {name:4}  p50 {rows[name]['p50_ms']:7.3f} ms  p99 {rows[name]['p99_ms']:7.3f} ms  "
-            f"front+worker CPU {rows[name]['server_cpu_ms_per_query']:.3f} ms/query"
+            f"{arm:9}  p50 {rows[arm]['p50_ms']:7.3f} ms  p99 {rows[arm]['p99_ms']:7.3f} ms  "
+            f"front+worker request-thread CPU {rows[arm]['request_cpu_ms_per_query']:.3f} ms/query"
         )
-    for a, b in versus:
+    print(f"export thread CPU {export_ms:.3f} ms per traced query (in the 'on' CPU figures below)")
+    for a, b in figures:
         row = rows[f"{a}-{b}"]
-        low, high = row["per_round_p50_diff_iqr_ms"]
-        label = "added (traced - plain)" if a == "on" else "A/A control (plain - plain)"
         print(
-            f"{label}: p50 {row['added_p50_ms']:+.3f} ms, 95% CI {_fmt_interval(*row['added_p50_ci95_ms'])}, "
-            f"per-round IQR {_fmt_interval(low, high)} (median of {args.rounds} rounds of {args.per_round}); "
-            f"front+worker CPU {row['added_cpu_ms_per_query']:+.3f} ms/query, "
+            f"{FIGURES[(a, b)]}: p50 {row['added_p50_ms']:+.3f} ms "
+            f"95% CI {_fmt_interval(*row['added_p50_ci95_ms'])} "
+            f"IQR {_fmt_interval(*row['per_round_p50_diff_iqr_ms'])}; "
+            f"CPU {row['added_cpu_ms_per_query']:+.3f} ms/query "
             f"95% CI {_fmt_interval(*row['added_cpu_ci95_ms'])}"
         )
     print(
+        f"median of {args.rounds} rounds of {args.per_round} queries per arm; goal <= 0.2 ms added p50; "
         f"collector CPU {rows['collector_cpu_ms_per_traced_query']:.3f} ms per traced query (separate "
         f"process; a real collector runs elsewhere); spans exported {spans} "
-        f"({rows['spans_per_traced_query']:.1f} per traced query) at sample ratio {args.sample_ratio}; "
-        f"goal <= 0.2 ms added p50"
+        f"({rows['spans_per_traced_query']:.1f} per traced query)"
     )
     print(f"load average before / after: {loads[0]} / {loads[1]}")
     for key, value in rows.get("micro_us", {}).items():

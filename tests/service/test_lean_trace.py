@@ -4,8 +4,11 @@ and the OTLP message a batch becomes."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
 from ragspine_services.common.lean_trace import (
+    EXPORT_THREAD_NAME,
     BatchExporter,
     LeanSpan,
     LeanTracerProvider,
@@ -334,3 +338,22 @@ def test_stage_span_nests_in_the_request_span_and_keeps_only_an_exception_type(
         "KeyError",
     )
     assert by_name["ragspine.dense"].end_ns and by_name["ragspine.lexical"].end_ns
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names from /proc")
+def test_the_export_thread_is_named_at_the_os_level() -> None:
+    provider = LeanTracerProvider(Sink(), schedule_s=0.01)
+    try:
+        thread = provider.exporter._thread
+        comm = Path(f"/proc/self/task/{thread.native_id}/comm")
+        deadline = time.monotonic() + 5
+        while comm.read_text().strip() != EXPORT_THREAD_NAME[:15] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert comm.read_text().strip() == EXPORT_THREAD_NAME[:15]
+        # Reverse proof: other threads keep the process's name.
+        assert (
+            Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
+            != comm.read_text().strip()
+        )
+    finally:
+        provider.shutdown()
