@@ -337,18 +337,20 @@ def _fmt_interval(low: float, high: float) -> str:
     return f"[{low:+.3f}, {high:+.3f}]"
 
 
-# The arms measured in alternating rounds: (deployment, traceparent flags sent by the client).
-ARMS = {
-    "off": ("off", None),  # plain deployment: no interceptor at all
-    "unsampled": ("traced", "00"),  # traced deployment, the caller's trace not sampled: nothing recorded
-    "on": ("traced", "01"),  # traced deployment, sampled: every span recorded and exported
-    "off2": ("off2", None),  # --aa: a second plain deployment
+# What each arm of a deployment sends: the kind of deployment, then (arm, traceparent flags) pairs.
+ARMS: dict[str, list[tuple[str, str | None]]] = {
+    "plain": [("off", None)],  # no interceptor at all
+    "traced": [
+        ("unsampled", "00"),  # the caller's trace is not sampled: context followed, nothing recorded
+        ("on", "01"),  # sampled: every span recorded and exported
+    ],
 }
 FIGURES = {
     ("on", "unsampled"): "recording + export, same processes (on - unsampled)",
     ("unsampled", "off"): "interceptors installed, request unsampled (unsampled - plain)",
     ("on", "off"): "total (on - plain)",
-    ("off2", "off"): "A/A control (plain2 - plain)",
+    ("off1", "off0"): "A/A control, two plain deployments (off1 - off0)",
+    ("unsampled1", "unsampled0"): "A/A control, two traced deployments (unsampled1 - unsampled0)",
 }
 
 
@@ -361,13 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=300, help="distinct queries, used in turn")
     parser.add_argument("--rounds", type=int, default=60, help="alternating rounds")
     parser.add_argument("--per-round", type=int, default=10, help="queries per arm and round")
-    parser.add_argument("--aa", action="store_true", help="add a second plain deployment (A/A control)")
+    parser.add_argument(
+        "--deployments", type=int, default=2, help="plain and traced deployments each (offsets average out)"
+    )
     parser.add_argument("--micro", action="store_true", help="also measure the tracer's parts in-process")
     parser.add_argument("--embedding", default="deterministic", help="the worker's RAGSPINE_EMBEDDING")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    if args.rounds < 4 or args.per_round < 1 or args.queries < 1:
-        parser.error("--rounds must be >= 4, --per-round and --queries >= 1")
+    if args.rounds < 4 or args.per_round < 1 or args.queries < 1 or args.deployments < 1:
+        parser.error("--rounds must be >= 4, --per-round, --queries and --deployments >= 1")
     documents, queries = _corpus(args.data if args.data.is_dir() else None, args.docs)
     queries = queries[: args.queries]
     loads = [_load()]
@@ -381,18 +385,19 @@ def main(argv: list[str] | None = None) -> int:
     otlp_port = int(collector.stdout.readline())
     # The same string hashing in every process: one less difference between two deployments.
     common = {"RAGSPINE_EMBEDDING": args.embedding, "PYTHONHASHSEED": "0"}
-    envs = {
-        "off": common,
-        "traced": {
-            **common,
-            "RAGSPINE_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
-            "RAGSPINE_OTLP_SAMPLE_RATIO": "1.0",
-        },
+    traced_env = {
+        **common,
+        "RAGSPINE_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+        "RAGSPINE_OTLP_SAMPLE_RATIO": "1.0",
     }
-    arms = ["off", "unsampled", "on"]
-    if args.aa:
-        envs["off2"] = common
-        arms.append("off2")
+    envs: dict[str, dict[str, str]] = {}
+    arm_of: dict[str, tuple[str, str | None]] = {}  # arm -> (deployment, flags)
+    for i in range(args.deployments):
+        for kind in ("plain", "traced"):
+            envs[f"{kind}{i}"] = traced_env if kind == "traced" else common
+            for arm, flags in ARMS[kind]:
+                arm_of[f"{arm}{i}"] = (f"{kind}{i}", flags)
+    arms = list(arm_of)
     latencies: dict[str, list[float]] = {arm: [] for arm in arms}
     cpu_round: dict[str, list[float]] = {arm: [] for arm in arms}  # request threads (export excluded)
     p50_round: dict[str, list[float]] = {arm: [] for arm in arms}
@@ -400,20 +405,22 @@ def main(argv: list[str] | None = None) -> int:
         dirs = {name: Path(tmp) / name for name in envs}
         print(
             f"tracing bench: {len(documents)} documents, {len(queries)} hybrid queries, "
-            f"{args.rounds} rounds x {args.per_round} per arm, embedding {args.embedding}",
+            f"{args.rounds} rounds x {args.per_round} per arm, {args.deployments} plain + "
+            f"{args.deployments} traced deployments, embedding {args.embedding}",
             file=sys.stderr,
         )
         # Ingest once (tracing off); the other deployments get a copy of the same data (vectors included).
-        _ingest(dirs["off"], documents, queries, common)
+        first = next(iter(dirs.values()))
+        _ingest(first, documents, queries, common)
         for name in list(envs)[1:]:
-            shutil.copytree(dirs["off"], dirs[name])
+            shutil.copytree(first, dirs[name])
         with contextlib.ExitStack() as stack:
             stubs = {name: stack.enter_context(_setup(dirs[name], envs[name])) for name in envs}
             for arm in arms:
-                deployment, flags = ARMS[arm]
+                deployment, flags = arm_of[arm]
                 _timed(stubs[deployment], queries[:30], flags)  # warm-up: caches, connections
             time.sleep(1.5)  # the warm-up's spans leave before the export thread's CPU is read
-            traced_pids = stubs["traced"].pids
+            traced_pids = [pid for name in envs if name.startswith("traced") for pid in stubs[name].pids]
             export_before = _cpu_s(traced_pids, export=True)
             collector_before = _cpu_s([collector.pid])
             position = 0
@@ -424,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
                 if (r // len(arms)) % 2:
                     order.reverse()
                 for arm in order:
-                    deployment, flags = ARMS[arm]
+                    deployment, flags = arm_of[arm]
                     pids = stubs[deployment].pids
                     before = _cpu_s(pids, export=False)
                     values = _timed(stubs[deployment], chunk, flags)
@@ -439,17 +446,24 @@ def main(argv: list[str] | None = None) -> int:
     spans = int(collector.stdout.readline() or 0)
     collector.wait(timeout=30)
 
+    # Per round, each kind of arm is the mean over its deployments ("on" = mean of on0, on1, ...), so the
+    # offsets of single deployments (the A/A rows show their size) average out.
+    for kind in ("off", "unsampled", "on"):
+        members = [arm for arm in arms if arm.rstrip("0123456789") == kind]
+        p50_round[kind] = [statistics.fmean(v) for v in zip(*(p50_round[m] for m in members), strict=True)]
+        cpu_round[kind] = [statistics.fmean(v) for v in zip(*(cpu_round[m] for m in members), strict=True)]
+        latencies[kind] = [x for m in members for x in latencies[m]]
     traced_queries = len(latencies["on"])
     export_ms = export_cpu * 1e3 / traced_queries
     per_round_queries = [float(args.per_round)] * args.rounds
     rows: dict[str, Any] = {}
-    for arm in arms:
+    for arm in ("off", "unsampled", "on"):
         rows[arm] = {
             **_summary(latencies[arm]),
-            "request_cpu_ms_per_query": sum(cpu_round[arm]) * 1e3 / len(latencies[arm]),
+            "request_cpu_ms_per_query": sum(cpu_round[arm]) * 1e3 / args.rounds / args.per_round,
         }
     rows["on"]["export_thread_cpu_ms_per_query"] = export_ms
-    figures = [pair for pair in FIGURES if pair[1] in arms and pair[0] in arms]
+    figures = [pair for pair in FIGURES if pair[0] in cpu_round and pair[1] in cpu_round]
     for a, b in figures:
         diffs = [x - y for x, y in zip(p50_round[a], p50_round[b], strict=True)]
         cpu_diffs = [(x - y) * 1e3 for x, y in zip(cpu_round[a], cpu_round[b], strict=True)]
@@ -465,14 +479,14 @@ def main(argv: list[str] | None = None) -> int:
         }
     rows["collector_cpu_ms_per_traced_query"] = collector_cpu * 1e3 / traced_queries
     rows["spans_exported"] = spans
-    rows["spans_per_traced_query"] = spans / (traced_queries + 30)
+    rows["spans_per_traced_query"] = spans / (traced_queries + 30 * args.deployments)
     rows["load_average"] = loads
     if args.micro:
         rows["micro_us"] = _micro()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    for arm in arms:
+    for arm in ("off", "unsampled", "on"):
         print(
             f"{arm:9}  p50 {rows[arm]['p50_ms']:7.3f} ms  p99 {rows[arm]['p99_ms']:7.3f} ms  "
             f"front+worker request-thread CPU {rows[arm]['request_cpu_ms_per_query']:.3f} ms/query"
