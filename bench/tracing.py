@@ -1,29 +1,34 @@
-"""Tracing overhead per Retrieve: the same split deployment with tracing off and on, same run.
+"""Tracing overhead per Retrieve: plain and traced split deployments side by side, same run.
 
-Ingests once, copies the data folder, then runs real worker + front deployments (subprocesses, loopback)
-side by side: one plain, one with ``RAGSPINE_OTLP_ENDPOINT`` pointing at an OTLP collector (a separate
-process started by this script; it accepts and counts spans), and with ``--aa`` a second plain one as an
-A/A control (the difference two identical deployments show: the resolution of the figure). The worker
-embeds with the deterministic backend by default, so a hybrid query costs a few ms of pipeline and gRPC
-and tracing is the difference (``--embedding minilm`` for the real model as context). Every Retrieve
-makes one front→worker Embed call, i.e. three traced RPC spans plus one span per pipeline stage.
+Ingests once, copies the data folder, then runs real worker + front deployments (subprocesses, loopback):
+``--deployments`` K plain ones (no ``RAGSPINE_OTLP_ENDPOINT``: no interceptor at all) and K traced ones
+(``RAGSPINE_OTLP_ENDPOINT`` pointing at an OTLP collector, a separate process started by this script that
+accepts and counts spans). Every process gets the same ``PYTHONHASHSEED``. The worker embeds with the
+deterministic backend by default, so a hybrid query costs a few ms of pipeline and gRPC and tracing is the
+difference (``--embedding minilm`` for the real model as context). Every Retrieve makes one front→worker
+Embed call: three traced RPC spans plus one span per pipeline stage.
 
-Queries go one at a time in many short alternating rounds (the order of the deployments rotates every
-round) so all see the same machine load. Figures:
+Arms, queried one request at a time in many short rounds (the order of the arms rotates every round, so
+all see the same machine load): ``off`` (a plain deployment), ``unsampled`` (a traced deployment, the
+request carrying a caller's ``traceparent`` that is not sampled: the context is followed, nothing is
+recorded) and ``on`` (the same traced processes, the caller's trace sampled: every span recorded and
+exported). ``on - unsampled`` is thus measured in the same processes, free of the offsets two
+deployments of the same code show (the A/A rows: ``off1 - off0``, ``unsampled1 - unsampled0``); the
+comparisons across deployments use the mean over the K deployments of each kind. Figures:
 
-- added p50: the median over rounds of the per-round p50 difference (traced minus plain), with a 95 %
-  bootstrap interval of that median and the interquartile range of the per-round differences;
-- CPU per query of front + worker (all their threads, from ``/proc/<pid>/task/*/schedstat``, ns), the
-  background export thread included; the added CPU per query with a 95 % bootstrap interval over rounds.
-  Unlike wall-clock latency it does not depend on what else runs on the machine;
-- the collector's CPU per query on a separate line (a real collector runs elsewhere);
+- added p50: the median over rounds of the per-round p50 difference, with a 95 % bootstrap interval of
+  that median and the interquartile range of the per-round differences;
+- CPU per query of front + worker request threads (``/proc/<pid>/task/*/schedstat``, ns), with a 95 %
+  bootstrap interval over rounds; the export thread (named at the OS level) is read apart over the whole
+  run, divided by the traced queries and added to the ``on`` figures. Unlike wall-clock latency, CPU does
+  not grow with what else runs on the machine;
+- the collector's CPU per traced query on a separate line (a real collector runs elsewhere);
 - with ``--micro``, in-process costs of the tracer's parts (process CPU time per operation).
 
 Goal: tracing adds <= 0.2 ms at p50.
 
 Usage: python bench/tracing.py [--data ../shared/data/scifact] [--docs 200] [--queries 300]
-       [--rounds 60] [--per-round 10] [--sample-ratio 1.0] [--aa] [--micro] [--embedding deterministic]
-       [--json]
+       [--rounds 60] [--per-round 10] [--deployments 2] [--micro] [--embedding deterministic] [--json]
 Without SciFact the bundled sample corpus is used.
 """
 
