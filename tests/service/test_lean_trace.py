@@ -267,7 +267,7 @@ def _varied_spans() -> list[LeanSpan]:
     sink = Sink()
     provider = LeanTracerProvider(sink)
     tracer = provider.get_tracer("t")
-    shared = {"rpc.system": "grpc", "rpc.method": "Retrieve", "rpc.grpc.status_code": 0}
+    shared: dict[str, Any] = {"rpc.system": "grpc", "rpc.method": "Retrieve", "rpc.grpc.status_code": 0}
     state = TraceState([("vendor", "opaque-1")])
     remote = SpanContext(
         0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF,
@@ -357,3 +357,30 @@ def test_the_export_thread_is_named_at_the_os_level() -> None:
         )
     finally:
         provider.shutdown()
+
+
+def test_a_full_batch_is_sent_without_waiting_for_the_schedule() -> None:
+    sink = Sink()
+    exporter = BatchExporter(sink, schedule_s=60.0, max_batch=8, max_queue=64)
+    provider = LeanTracerProvider(Sink())
+    tracer = provider.get_tracer("t")
+    try:
+        for round_ in range(2):  # the wake-up happens again for the next full batch
+            for _ in range(8):
+                span = tracer.start_span("x")
+                assert isinstance(span, LeanSpan)
+                exporter.record(span)
+            deadline = time.monotonic() + 5
+            while len(sink.spans) < 8 * (round_ + 1) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(sink.spans) == 8 * (round_ + 1)
+        for _ in range(7):  # below a batch: waits for the schedule
+            span = tracer.start_span("y")
+            assert isinstance(span, LeanSpan)
+            exporter.record(span)
+        time.sleep(0.3)
+        assert len(sink.spans) == 16
+    finally:
+        exporter.shutdown()
+        provider.shutdown()
+    assert len(sink.spans) == 23  # shutdown sends the rest

@@ -305,7 +305,9 @@ class BatchExporter:
             self.dropped += 1
             return
         queue.append(span)
-        if len(queue) >= self._max_batch:
+        if len(queue) == self._max_batch:
+            # Once, when a full batch is waiting (appends grow the queue one at a time, so it passes
+            # through this length): setting the event on every later span would cost the request thread.
             self._wake.set()
 
     def _run(self) -> None:
