@@ -8,8 +8,7 @@ child of the gRPC server span of the request it runs in.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 try:  # the API package only: a few hundred KB, no exporter, no SDK
@@ -30,24 +29,44 @@ def tracing_active() -> bool:
     return _trace is not None and _trace.get_current_span().is_recording()
 
 
-@contextmanager
-def stage_span(name: str, **attributes: Any) -> Iterator[Any]:
+class _StageSpan:
+    """The context manager ``stage_span`` returns for a traced request (a class, not a generator: the
+    pipeline opens one per stage of every traced request)."""
+
+    __slots__ = ("_attributes", "_name", "_span", "_token")
+
+    def __init__(self, name: str, attributes: dict[str, Any] | None) -> None:
+        self._name = name
+        self._attributes = attributes
+        self._span: Any = None
+        self._token: Any = None
+
+    def __enter__(self) -> Any:
+        span = self._span = _TRACER.start_span(self._name, attributes=self._attributes)
+        self._token = _context.attach(_trace.set_span_in_context(span))
+        return span
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        span = self._span
+        try:
+            if exc_type is not None:
+                # The exception's type only: its message may quote the request.
+                span.set_status(_trace.Status(_trace.StatusCode.ERROR, exc_type.__name__))
+        finally:
+            _context.detach(self._token)
+            span.end()
+
+
+_UNTRACED: AbstractContextManager[Any] = nullcontext()
+
+
+def stage_span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
     """A span named ``ragspine.<name>`` around one pipeline stage (attributes: str / int / float / bool),
-    inside the request's span; nothing when the request is not traced (no provider, or not sampled).
+    inside the request's span; nothing (the context manager yields None) when the request is not traced
+    (no provider, or not sampled).
 
     Never put document text or a query in an attribute: traces leave the front."""
     if _trace is None or not _trace.get_current_span().is_recording():
         # No tracing, or this request is not sampled: no span object at all.
-        yield None
-        return
-    span = _TRACER.start_span(f"ragspine.{name}", attributes=attributes or None)
-    token = _context.attach(_trace.set_span_in_context(span))
-    try:
-        yield span
-    except BaseException as exc:
-        # The exception's type only: its message may quote the request.
-        span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(exc).__name__))
-        raise
-    finally:
-        _context.detach(token)
-        span.end()
+        return _UNTRACED
+    return _StageSpan(f"ragspine.{name}", attributes or None)

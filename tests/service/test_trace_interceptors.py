@@ -234,3 +234,41 @@ def test_nothing_is_installed_while_tracing_is_off() -> None:
         assert tracing.traced_channel(channel) is channel
     finally:
         channel.close()
+
+
+def test_an_unsampled_caller_is_followed_through_two_servers(
+    spans: tuple[Any, LeanTracerProvider, Sink],
+) -> None:
+    """A caller's unsampled traceparent travels front → worker (flags 00, same trace) and nothing is
+    recorded on either server or the client in between."""
+    tracer, provider, sink = spans
+    seen: list[str] = []
+
+    def inner(request: bytes, context: grpc.ServicerContext) -> bytes:
+        seen.append(dict(context.invocation_metadata())[tracing.TRACEPARENT])
+        return request
+
+    second, second_address = _server(tracer, {"Inner": inner})
+    channel = grpc.intercept_channel(grpc.insecure_channel(second_address), TracingClientInterceptor(tracer))
+    inner_call = channel.unary_unary(
+        "/test.Svc/Inner", request_serializer=_identity, response_deserializer=_identity
+    )
+
+    def outer(request: bytes, context: grpc.ServicerContext) -> bytes:
+        return bytes(inner_call(request, timeout=5))
+
+    first, first_address = _server(tracer, {"Outer": outer})
+    unsampled = f"00-{CALLER_TRACE:032x}-{CALLER_SPAN:016x}-00"
+    try:
+        with grpc.insecure_channel(first_address) as caller:
+            call = caller.unary_unary(
+                "/test.Svc/Outer", request_serializer=_identity, response_deserializer=_identity
+            )
+            assert call(b"x", timeout=5, metadata=[(tracing.TRACEPARENT, unsampled)]) == b"x"
+    finally:
+        channel.close()
+        first.stop(0)
+        second.stop(0)
+    (header,) = seen
+    assert header.startswith(f"00-{CALLER_TRACE:032x}-") and header.endswith("-00")
+    assert _finished(provider, sink) == []

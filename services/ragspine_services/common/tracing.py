@@ -214,8 +214,11 @@ class TracingServerInterceptor(grpc.ServerInterceptor):
         return wrapped
 
     def _wrap(self, behavior: Callable[[Any, Any], Any], method: str) -> Callable[[Any, Any], Any]:
-        start_span, attach, detach, in_context = self._tracer.start_span, self._attach, self._detach, (
-            self._in_context
+        start_span, attach, detach, in_context = (
+            self._tracer.start_span,
+            self._attach,
+            self._detach,
+            (self._in_context),
         )
         name, kind, attributes = _span_name(method), self._kind, _rpc_attributes(method)
 
@@ -282,6 +285,9 @@ class TracingClientInterceptor(grpc.UnaryUnaryClientInterceptor):
             getattr(details, "wait_for_ready", None),
             getattr(details, "compression", None),
         )
+        if not span.is_recording():
+            # Not sampled: only the context travels (so the callee follows the decision); no span to end.
+            return continuation(details, request)
         try:
             call = continuation(details, request)
         except BaseException:
