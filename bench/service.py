@@ -348,5 +348,6 @@ def main() -> None:
                 f"{spent['grpc c=1 worker']:.2f} (gRPC c=1 rows)"
             )
 
+
 if __name__ == "__main__":
     main()
