@@ -98,6 +98,18 @@ def _stats(latencies_ms: list[float], elapsed_s: float, errors: int) -> dict[str
     }
 
 
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads, also those that have exited; clock
+    ticks, 10 ms on Linux) or of this process (``None``, ``time.process_time``)."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14 and 15 of stat)
+
+
 def _timed(call: Any, queries: list[str]) -> list[float]:
     latencies = []
     for query in queries:
@@ -107,9 +119,20 @@ def _timed(call: Any, queries: list[str]) -> list[float]:
     return latencies
 
 
-def interleaved(catalog: LibraryCatalog, address: str, queries: list[str], rounds: int) -> dict[str, Any]:
+def interleaved(
+    catalog: LibraryCatalog,
+    address: str,
+    queries: list[str],
+    rounds: int,
+    server_pids: dict[str, int] | None = None,
+) -> dict[str, Any]:
     """The in-process pipeline (the servicer's call, no gRPC) and gRPC ``Retrieve`` at c=1 in alternating
-    rounds over the same queries; the front tier's cost is the median of the per-round p50 differences."""
+    rounds over the same queries; the front tier's cost is the median of the per-round p50 differences.
+
+    Besides latency, the CPU time each side spends per query over all rounds (robust to machine load,
+    unlike latency): this process's during the in-process rounds, and during the gRPC rounds the serving
+    process's (``server_pids["front"]``) and this process's (the client's stub). ``server_pids["worker"]``,
+    when given, is the model worker's, charged to whichever side called it."""
     pipeline = RetrievalPipeline([catalog.get(LIBRARY)]).with_stage(RelevanceStage(), after="exit")
     degraded = 0
 
@@ -131,17 +154,25 @@ def interleaved(catalog: LibraryCatalog, address: str, queries: list[str], round
         block = max(1, len(queries) // rounds)
         latencies: dict[str, list[float]] = {name: [] for name in calls}
         costs = []
+        pids: dict[str, int | None] = {"bench": None, **(server_pids or {})}
+        cpu = {(name, who): 0.0 for name in calls for who in pids}
         for r in range(rounds):
             chunk = queries[r * block : (r + 1) * block]
             order = list(calls) if r % 2 == 0 else list(reversed(calls))
             medians = {}
             for name in order:
+                before = {who: _process_cpu_s(pid) for who, pid in pids.items()}
                 values = _timed(calls[name], chunk)
+                for who, pid in pids.items():
+                    cpu[name, who] += _process_cpu_s(pid) - before[who]
                 latencies[name] += values
                 medians[name] = statistics.median(values)
             costs.append(medians["grpc c=1"] - medians["in-process"])
     rows: dict[str, Any] = {name: _stats(values, sum(values) / 1e3, 0) for name, values in latencies.items()}
     rows["front tier p50 cost (median of rounds)"] = statistics.median(costs)
+    rows["cpu ms per query"] = {
+        f"{name} {who}": 1e3 * seconds / len(latencies[name]) for (name, who), seconds in cpu.items()
+    }
     rows["degraded answers"] = degraded
     return rows
 
@@ -249,13 +280,14 @@ def run_setup(
             via_worker = replace(settings, worker_address=front_env["RAGSPINE_WORKER_ADDRESS"])
             parts = build_front_parts(via_worker)
             try:
-                rows["interleaved"] = interleaved(parts.catalog, address, queries, rounds)
+                pids = {"front": procs[1].pid, "worker": procs[0].pid}
+                rows["interleaved"] = interleaved(parts.catalog, address, queries, rounds, pids)
             finally:
                 parts.close()
         else:
             catalog = LibraryCatalog(settings)
             try:
-                rows["interleaved"] = interleaved(catalog, address, queries, rounds)
+                rows["interleaved"] = interleaved(catalog, address, queries, rounds, {"front": procs[0].pid})
             finally:
                 catalog.close()
         for level in levels:
@@ -303,6 +335,19 @@ def main() -> None:
             f"front tier at p50 (gRPC c=1 minus {label}, median of {args.rounds} alternating rounds): "
             f"{cost:+.2f} ms; degraded answers: {inter['degraded answers']}"
         )
+        spent = inter["cpu ms per query"]
+        local = spent["in-process bench"]
+        front = spent["grpc c=1 front"]
+        print(
+            f"CPU ms per query: {label} (this process) {local:.2f}; gRPC c=1: front process {front:.2f}, "
+            f"client {spent['grpc c=1 bench']:.2f}; front tier CPU {front - local:+.2f} ms"
+        )
+        if "in-process worker" in spent:
+            print(
+                f"worker CPU ms per query: {spent['in-process worker']:.2f} ({label} rows), "
+                f"{spent['grpc c=1 worker']:.2f} (gRPC c=1 rows)"
+            )
+
 
 if __name__ == "__main__":
     main()

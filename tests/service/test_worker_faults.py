@@ -21,6 +21,8 @@ import pytest
 
 from ragspine_services._gen import model_worker_pb2
 from ragspine_services._gen import retrieval_pb2 as pb
+from ragspine_services.common.breaker import CLOSED
+from ragspine_services.common.errors import BackendUnavailableError
 from ragspine_services.front.remote import WorkerClient
 from tests.service.helpers import REPO_ROOT, free_port, sample_documents, wait_serving
 
@@ -209,3 +211,63 @@ def test_deadline_check_catches_a_client_that_ignores_the_deadline(
     fault_worker.delay(1.5)
     result = run_load(front.address, 1.0, 2.0)
     assert result.codes["DEADLINE_EXCEEDED"] > 0
+
+
+# Query embeddings are first tried as a blocking call bounded by the worker's hang threshold; these pin that
+# the blocking try neither gives up on a worker that is only slow nor waits out the budget on a hung one.
+
+
+def _query_client(worker: FaultWorker, timeout_s: float) -> WorkerClient:
+    client = WorkerClient(worker.address, token="svc-token", timeout_s=timeout_s)
+    client.embed(["warm"], query=True)  # learns the usual latency: the hang threshold is its floor (0.1 s)
+    return client
+
+
+def _hung_query_seconds(worker: FaultWorker, timeout_s: float) -> tuple[float, WorkerClient]:
+    client = _query_client(worker, timeout_s)
+    worker.signal(signal.SIGSTOP)
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailableError):
+        client.embed(["battery swap"], query=True)
+    return time.monotonic() - started, client
+
+
+def test_a_slow_worker_still_answers_a_query_embedding(fault_worker: FaultWorker) -> None:
+    client = _query_client(fault_worker, 5.0)
+    try:
+        assert client.admission.hang_s() < 0.3
+        fault_worker.delay(0.3)  # past the hang threshold, well within the budget
+        started = time.monotonic()
+        vectors = client.embed(["battery swap"], query=True)
+        assert len(vectors) == 1 and time.monotonic() - started >= 0.3
+        assert client.breaker.state == CLOSED and client.breaker.opened_count == 0
+    finally:
+        client.close()
+
+
+def test_a_hung_worker_fails_a_query_embedding_early(fault_worker: FaultWorker) -> None:
+    seconds, client = _hung_query_seconds(fault_worker, 6.0)
+    try:
+        assert seconds < 2.0  # the hang threshold plus one health check, not the 6 s budget
+        assert client.breaker.opened_count == 1
+    finally:
+        client.close()
+
+
+def test_early_failure_check_catches_a_blocking_call_bounded_by_the_budget(
+    fault_worker: FaultWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reverse proof: a blocking call given the whole budget (no hang threshold, nothing to abandon) must
+    # be caught by the check above.
+    def whole_budget(
+        self: WorkerClient, method: str, blocking: Any, timeout: float
+    ) -> tuple[bool, Any, float]:
+        try:
+            return True, blocking(timeout), 0.0
+        except grpc.RpcError as exc:
+            self._failure(method, exc, timeout)
+
+    monkeypatch.setattr(WorkerClient, "_first_try", whole_budget)
+    seconds, client = _hung_query_seconds(fault_worker, 3.0)
+    client.close()
+    assert seconds >= 2.0

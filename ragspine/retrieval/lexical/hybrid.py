@@ -64,6 +64,10 @@ class SearchReport:
 VectorSink = Callable[[str, list[tuple[Chunk, object]]], None]
 
 
+# A full scan of at least this many rows is screened in float32 first (see HybridRetriever._screened_ranking).
+_SCREEN_MIN_ROWS = 2048
+
+
 def _as_row(vector: Sequence[float] | np.ndarray) -> np.ndarray:
     """One stored dense vector as a 1-D float64 array (no copy when it already is one)."""
     return np.asarray(vector, dtype=np.float64).reshape(-1)
@@ -164,6 +168,9 @@ class HybridRetriever:
         self._sparse_pending: set[str] = set()
         self._dense: tuple[np.ndarray, dict[str, int]] | None = None
         self._dense_ids: list[str] = []
+        # float32 copy of the dense matrix for the screening pass of a full scan (see _vector_ranking),
+        # paired with the matrix it was made from so that a rebuilt matrix gets a fresh copy.
+        self._screen: tuple[np.ndarray, np.ndarray] | None = None
         self._sparse = ImpactIndex()
         # Document-level evidence (doc_weight > 0): one BM25 entry per document over its indexed chunks.
         self.doc_weight = float(doc_weight)
@@ -736,6 +743,8 @@ class HybridRetriever:
         q = q / (np.linalg.norm(q) or 1.0)
         if candidates is None and len(rows) == len(pool):
             pool = self._dense_ids
+            if len(pool) >= _SCREEN_MIN_ROWS and k * 8 <= len(pool):
+                return self._screened_ranking(matrix, q, pool, k)
             sims = matrix @ q  # (n,)
         else:
             pool = [cid for cid in pool if cid in rows]
@@ -749,4 +758,35 @@ class HybridRetriever:
         else:
             keep = np.arange(len(pool))
         ranked = sorted(((pool[i], float(sims[i])) for i in keep), key=lambda kv: (-kv[1], kv[0]))
+        return ranked[:k]
+
+    def _screened_ranking(
+        self, matrix: np.ndarray, q: np.ndarray, pool: list[str], k: int
+    ) -> list[tuple[str, float]]:
+        """``_vector_ranking`` over every row, with the same result: a float32 pass (half the memory
+        traffic of the float64 product, which dominates a query on a large library) keeps every row that
+        can be among the top ``k``, and only those are scored in float64.
+
+        A float32 cosine of unit vectors is within ``eps = (dim + 2) * 2**-23`` of the float64 one (the
+        rounding of both inputs and of a ``dim``-term sum of products bounded by 1 in total), and so is the
+        k-th best score; every row whose float64 score reaches the float64 k-th best therefore has a
+        float32 score of at least the float32 k-th best minus ``2 * eps``."""
+        screen = self._screen
+        if screen is None or screen[0] is not matrix:
+            screen = self._screen = (matrix, matrix.astype(np.float32))
+        sims32 = screen[1] @ q.astype(np.float32)
+        n = len(pool)
+        kth32 = np.partition(sims32, n - k)[n - k]
+        eps = (matrix.shape[1] + 2) * 2.0**-23
+        shortlist = np.flatnonzero(sims32 >= kth32 - 2 * eps)
+        sims = matrix[shortlist] @ q
+        if k < len(shortlist):
+            kth = np.partition(sims, len(shortlist) - k)[len(shortlist) - k]
+            keep = shortlist[sims >= kth]
+            sims = sims[sims >= kth]
+        else:
+            keep = shortlist
+        ranked = sorted(
+            ((pool[i], float(s)) for i, s in zip(keep, sims, strict=True)), key=lambda kv: (-kv[1], kv[0])
+        )
         return ranked[:k]

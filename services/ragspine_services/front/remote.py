@@ -12,6 +12,12 @@ latency while the worker stopped answering health checks), and from then on quer
 instead of waiting. Half-open probes are sent in the background with the next caller's request (that
 caller degrades at once; nobody waits on a worker not known to be healthy) and close the breaker as soon
 as the worker answers in time. A call that would have to queue past its budget for a slot is shed.
+
+Query embeddings (one short text, on every hybrid query) are first sent as a blocking call bounded by the
+worker's hang threshold: it is answered on the calling thread, without the hand-offs through gRPC's
+channel thread that a future costs on every call. Only when that bound runs out is the worker checked
+(health) and, when it still answers, the same request sent again as a future for what is left of the
+budget, which other callers can abandon as before; a worker that does not answer trips the breaker then.
 """
 
 from __future__ import annotations
@@ -165,10 +171,14 @@ class WorkerClient:
             raise _WorkerHung from None
         return future.result()
 
-    def guarded(self, method: str, call: Any, timeout_s: float | None = None) -> Any:
+    def guarded(self, method: str, call: Any, timeout_s: float | None = None, *, blocking: Any = None) -> Any:
         """Run the call that ``call(timeout)`` starts (it returns a gRPC future) through the breaker and
         the admission gate, timing it out after ``timeout_s`` (default: this client's budget for the
         current caller); a call on a worker that stopped answering health checks is abandoned early.
+
+        ``blocking(timeout)``, when given, makes the same request as a blocking call: it is tried first,
+        bounded by the worker's hang threshold (see the module docstring), and ``call`` only runs when
+        that bound ran out while the worker still answers health checks.
         Raises ``BackendUnavailableError`` for any failure, refusal or lack of time."""
         timeout = self._timeout() if timeout_s is None else timeout_s
         if timeout < _MIN_CALL_S:
@@ -185,11 +195,18 @@ class WorkerClient:
         except AdmissionRefusedError as exc:
             raise BackendUnavailableError(f"model worker {method} shed: {exc}") from None
         timeout -= time.monotonic() - waited
+        budget = timeout
         started = time.monotonic()
         elapsed: float | None = None
         try:
             if timeout < _MIN_CALL_S:
                 raise BackendUnavailableError(f"no time left in the caller's deadline for {method}")
+            if blocking is not None:
+                answered, response, timeout = self._first_try(method, blocking, timeout)
+                if answered:
+                    elapsed = time.monotonic() - started
+                    self.breaker.record_success()
+                    return response
             future = call(timeout)
             with self._in_flight_lock:
                 self._in_flight.add(future)
@@ -206,23 +223,11 @@ class WorkerClient:
                 ) from None
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
-                if code in _CALLER_FAULTS:
-                    self.breaker.record_success()  # the worker answered: it is alive
-                elif code == grpc.StatusCode.CANCELLED and future.cancelled():
+                if code == grpc.StatusCode.CANCELLED and future.cancelled():
                     raise BackendUnavailableError(
                         f"model worker {method} abandoned: another call found the worker hung or too slow"
                     ) from None
-                elif code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout >= self.admission.hang_s():
-                    # It had longer than the worker's hang threshold and still ran out: the worker is
-                    # hung or far slower than usual. Open at once.
-                    self._trip()
-                else:
-                    # A budget shorter than that (a short caller deadline on a loaded machine) says
-                    # less: it counts towards the breaker's failure threshold like any failure.
-                    self._failed()
-                name = code.name if code is not None else "UNKNOWN"
-                detail = exc.details() if hasattr(exc, "details") else ""
-                raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
+                self._failure(method, exc, budget)
             finally:
                 with self._in_flight_lock:
                     self._in_flight.discard(future)
@@ -231,6 +236,54 @@ class WorkerClient:
             return response
         finally:
             self.admission.release(ticket, elapsed)
+
+    def _failure(self, method: str, exc: grpc.RpcError, budget: float) -> NoReturn:
+        """Record in the breaker a call that had ``budget`` seconds and failed with ``exc``; raise."""
+        code = exc.code() if hasattr(exc, "code") else None
+        if code in _CALLER_FAULTS:
+            self.breaker.record_success()  # the worker answered: it is alive
+        elif code == grpc.StatusCode.DEADLINE_EXCEEDED and budget >= self.admission.hang_s():
+            # It had longer than the worker's hang threshold and still ran out: the worker is hung or far
+            # slower than usual. Open at once.
+            self._trip()
+        else:
+            # A budget shorter than that (a short caller deadline on a loaded machine) says less: it
+            # counts towards the breaker's failure threshold like any failure.
+            self._failed()
+        name = code.name if code is not None else "UNKNOWN"
+        detail = exc.details() if hasattr(exc, "details") else ""
+        raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
+
+    def _first_try(self, method: str, blocking: Any, timeout: float) -> tuple[bool, Any, float]:
+        """The blocking first try of :meth:`guarded`: ``(True, response, _)`` when it was answered, else
+        ``(False, None, seconds left)`` for the future that follows (the worker was slow, not hung)."""
+        started = time.monotonic()
+        bound = min(timeout, self.admission.hang_s())
+        try:
+            return True, blocking(bound), 0.0
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            if code != grpc.StatusCode.DEADLINE_EXCEEDED or bound >= timeout:
+                self._failure(method, exc, bound)
+        # Past the hang threshold with budget left: the point where a future is checked on (``_result``).
+        left = timeout - (time.monotonic() - started)
+        if left < _MIN_CALL_S:  # it had more than the hang threshold and ran out, as a future would
+            self._trip()
+            raise BackendUnavailableError(f"model worker {method} failed: DEADLINE_EXCEEDED")
+        if self.breaker.state == OPEN:
+            raise BackendUnavailableError(
+                f"model worker {method} abandoned: another call found the worker hung or too slow"
+            )
+        if not self.alive(min(0.1, left)):
+            self._trip()
+            raise BackendUnavailableError(
+                f"model worker {method} abandoned: the worker stopped answering health checks"
+            )
+        left = timeout - (time.monotonic() - started)
+        if left < _MIN_CALL_S:  # it had more than the hang threshold and ran out, as a future would
+            self._trip()
+            raise BackendUnavailableError(f"model worker {method} failed: DEADLINE_EXCEEDED")
+        return False, None, left
 
     def _failed(self) -> None:
         self.breaker.record_failure()
@@ -281,10 +334,15 @@ class WorkerClient:
             f"model worker {method} skipped: circuit half-open, probing the worker in the background"
         )
 
-    def _call(self, method: str, request: Any) -> Any:
+    def _call(self, method: str, request: Any, *, quick: bool = False) -> Any:
+        """``quick``: a short request that is cheap to send twice (a query embedding), first tried as a
+        blocking call (see :meth:`guarded`)."""
         rpc = getattr(self._stub, method)
+        metadata = self._metadata
         return self.guarded(
-            method, lambda timeout: rpc.future(request, timeout=timeout, metadata=self._metadata)
+            method,
+            lambda timeout: rpc.future(request, timeout=timeout, metadata=metadata),
+            blocking=(lambda timeout: rpc(request, timeout=timeout, metadata=metadata)) if quick else None,
         )
 
     def _limits(self) -> tuple[int, int]:
@@ -344,7 +402,8 @@ class WorkerClient:
         kind = model_worker_pb2.EMBED_KIND_QUERY if query else model_worker_pb2.EMBED_KIND_PASSAGE
         out: list[list[float]] = []
         for batch in self._batches(texts):
-            response = self._call("Embed", model_worker_pb2.EmbedRequest(texts=batch, kind=kind))
+            request = model_worker_pb2.EmbedRequest(texts=batch, kind=kind)
+            response = self._call("Embed", request, quick=query and len(batch) == 1)
             out.extend(list(v.values) for v in response.vectors)
         if len(out) != len(texts):
             raise BackendUnavailableError(f"model worker returned {len(out)} vectors for {len(texts)} texts")
