@@ -132,7 +132,7 @@ def _parse(data: Any, message_type: type[Message], where: str) -> Message:
         return plain
     try:
         return json_format.ParseDict(data, message_type())
-    except json_format.ParseError as exc:
+    except (json_format.ParseError, SystemError, ValueError, TypeError) as exc:  # SystemError: upb, bad text
         raise _bad(f"{where} is not a valid {message_type.DESCRIPTOR.full_name}: {exc}") from None
 
 
@@ -155,7 +155,7 @@ def _ndjson(raw: bytes, message_type: type[Message]) -> Iterator[Message]:
             raise ValueError(f"line {i + 1} is not valid JSON: {exc}") from None
         try:
             yield json_format.ParseDict(data, message_type())
-        except json_format.ParseError as exc:
+        except (json_format.ParseError, SystemError, ValueError, TypeError) as exc:
             raise ValueError(
                 f"line {i + 1} is not a valid {message_type.DESCRIPTOR.full_name}: {exc}"
             ) from None
