@@ -208,3 +208,21 @@ def test_missing_and_non_utf8_files_raise_value_error(tmp_path: Path) -> None:
     latin.write_bytes('{"metrics": {"caf\u00e9": []}}'.encode("latin-1"))
     with pytest.raises(ValueError, match="not UTF-8"):
         load_glossary(latin)
+
+
+def test_fold_lowers_only_ascii_letters_and_keeps_positions() -> None:
+    import random
+
+    from ragspine.retrieval.lexical.glossary import _ASCII_UPPER, _fold
+
+    rng = random.Random(11)
+    samples = ["ACME HK", "Revenue", "İstanbul ÉTÉ", "ＡＣＭＥ", "营收 ROE", ""]
+    for _ in range(2000):
+        codes = [rng.choice([rng.randrange(128), rng.randrange(128, 0x2FF)]) for _ in range(8)]
+        samples.append("".join(map(chr, codes)))
+    for text in samples:
+        folded = _fold(text)
+        assert folded == text.translate(_ASCII_UPPER)
+        assert len(folded) == len(text)
+    # Reverse proof: str.lower on non-ASCII text lowers more than A-Z and can change the length.
+    assert "İstanbul ÉTÉ".lower() != "İstanbul ÉTÉ".translate(_ASCII_UPPER)

@@ -35,6 +35,9 @@ _ASCII_UPPER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 
 
 def _fold(surface: str) -> str:
+    """``surface`` with A-Z lowered and every other character kept (same length, same positions)."""
+    if surface.isascii():
+        return surface.lower()  # on ASCII text exactly A-Z to a-z, and far cheaper than translate
     return surface.translate(_ASCII_UPPER)
 
 
