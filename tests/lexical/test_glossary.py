@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -226,3 +227,37 @@ def test_fold_lowers_only_ascii_letters_and_keeps_positions() -> None:
         assert len(folded) == len(text)
     # Reverse proof: str.lower on non-ASCII text lowers more than A-Z and can change the length.
     assert "İstanbul ÉTÉ".lower() != "İstanbul ÉTÉ".translate(_ASCII_UPPER)
+
+
+def _scan_without_prefilter(rewriter: Any, query: str) -> list[tuple[int, int]]:
+    """``_matches`` as the plain regex scan over the folded query, with no substring prefilter."""
+    from ragspine.retrieval.lexical.glossary import _ASCII_ALNUM, _fold
+
+    folded, out, pos = _fold(query), [], 0
+    while (match := rewriter._pattern.search(folded, pos)) is not None:
+        start = match.start()
+        if start > 0 and _ASCII_ALNUM.match(folded[start]) and _ASCII_ALNUM.match(folded[start - 1]):
+            pos = start + 1
+            continue
+        out.append((start, match.end()))
+        pos = match.end()
+    return out
+
+
+def test_substring_prefilter_finds_every_match_of_the_regex_scan() -> None:
+    import random
+
+    rewriter = GlossaryQueryRewriter()
+    forms = [form for group in rewriter.glossary.groups for form in group.forms]
+    rng = random.Random(5)
+    pieces = [*forms, " ", "x", "_", "1", "é", "营", "Hong", "KONG", "sales", "wholesale", "-"]
+    queries = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 6))) for _ in range(3000)]
+    assert sum(bool(_scan_without_prefilter(rewriter, q)) for q in queries) > 1000
+    for query in queries:
+        assert rewriter._matches(query) == _scan_without_prefilter(rewriter, query), query
+
+
+def test_reverse_proof_a_prefilter_missing_cjk_forms_is_caught() -> None:
+    rewriter = GlossaryQueryRewriter()
+    rewriter._folded_forms = tuple(f for f in rewriter._folded_forms if f.isascii())
+    assert rewriter._matches("营收下滑") != _scan_without_prefilter(rewriter, "营收下滑")

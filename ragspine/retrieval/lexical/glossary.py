@@ -231,6 +231,9 @@ class GlossaryQueryRewriter:
         # matches as the forms under ASCII-only IGNORECASE (folding maps A-Z to a-z one character for one,
         # so positions are kept), several times cheaper for the regex engine.
         self._pattern = re.compile("|".join(alternatives), re.ASCII) if alternatives else None
+        # Every match is one of these folded forms, so a query holding none of them as a substring has
+        # no match; most queries hold none, and a substring test per form is cheaper than the regex scan.
+        self._folded_forms = tuple(sorted(self._group_of, key=len))
 
     def _matches(self, query: str) -> list[tuple[int, int]]:
         """``(start, end)`` of the non-overlapping form matches, left to right, longest form at each
@@ -238,6 +241,11 @@ class GlossaryQueryRewriter:
         ASCII letters match in either case."""
         assert self._pattern is not None
         folded = _fold(query)
+        for form in self._folded_forms:
+            if form in folded:
+                break
+        else:
+            return []
         search = self._pattern.search
         out = []
         pos = 0
