@@ -57,7 +57,7 @@ class RetrieveRequest:
                 object.__setattr__(self, "libraries", tuple(self.libraries))
         if self.filters is not None:
             check_filters(self.filters)
-        if self.expansion not in EXPANSION_MODES:  # already canonical: kept as it is
+        if type(self.expansion) is not str or self.expansion not in EXPANSION_MODES:  # canonical: kept
             object.__setattr__(self, "expansion", normalize_expansion(self.expansion))
 
     @property

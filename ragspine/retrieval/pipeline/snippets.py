@@ -41,7 +41,7 @@ def _complete(snippet: dict[str, Any], result: RetrievalResult, library_id: str 
         snippet["library_id"] = library_id
 
 
-_NO_LABEL = object()  # no label found open yet: equal to (and the same object as) no label
+_NO_LABEL = object()  # the memo before any label was found open: no label is or equals it
 
 
 def snippets_of(results: Sequence[RetrievalResult], *, library_id: str | None = None) -> list[dict[str, Any]]:

@@ -271,7 +271,7 @@ class RestrictedExitStage:
         state.snippets = safe
 
 
-_NO_LABEL = object()  # no label found open yet: equal to (and the same object as) no label
+_NO_LABEL = object()  # the memo before any label was found open: no label is or equals it
 
 
 def _any_restricted(snippets: Sequence[dict[str, Any]]) -> bool:
