@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,3 +209,55 @@ def test_missing_and_non_utf8_files_raise_value_error(tmp_path: Path) -> None:
     latin.write_bytes('{"metrics": {"caf\u00e9": []}}'.encode("latin-1"))
     with pytest.raises(ValueError, match="not UTF-8"):
         load_glossary(latin)
+
+
+def test_fold_lowers_only_ascii_letters_and_keeps_positions() -> None:
+    import random
+
+    from ragspine.retrieval.lexical.glossary import _ASCII_UPPER, _fold
+
+    rng = random.Random(11)
+    samples = ["ACME HK", "Revenue", "İstanbul ÉTÉ", "ＡＣＭＥ", "营收 ROE", ""]
+    for _ in range(2000):
+        codes = [rng.choice([rng.randrange(128), rng.randrange(128, 0x2FF)]) for _ in range(8)]
+        samples.append("".join(map(chr, codes)))
+    for text in samples:
+        folded = _fold(text)
+        assert folded == text.translate(_ASCII_UPPER)
+        assert len(folded) == len(text)
+    # Reverse proof: str.lower on non-ASCII text lowers more than A-Z and can change the length.
+    assert "İstanbul ÉTÉ".lower() != "İstanbul ÉTÉ".translate(_ASCII_UPPER)
+
+
+def _scan_without_prefilter(rewriter: Any, query: str) -> list[tuple[int, int]]:
+    """``_matches`` as the plain regex scan over the folded query, with no substring prefilter."""
+    from ragspine.retrieval.lexical.glossary import _ASCII_ALNUM, _fold
+
+    folded, out, pos = _fold(query), [], 0
+    while (match := rewriter._pattern.search(folded, pos)) is not None:
+        start = match.start()
+        if start > 0 and _ASCII_ALNUM.match(folded[start]) and _ASCII_ALNUM.match(folded[start - 1]):
+            pos = start + 1
+            continue
+        out.append((start, match.end()))
+        pos = match.end()
+    return out
+
+
+def test_substring_prefilter_finds_every_match_of_the_regex_scan() -> None:
+    import random
+
+    rewriter = GlossaryQueryRewriter()
+    forms = [form for group in rewriter.glossary.groups for form in group.forms]
+    rng = random.Random(5)
+    pieces = [*forms, " ", "x", "_", "1", "é", "营", "Hong", "KONG", "sales", "wholesale", "-"]
+    queries = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 6))) for _ in range(3000)]
+    assert sum(bool(_scan_without_prefilter(rewriter, q)) for q in queries) > 1000
+    for query in queries:
+        assert rewriter._matches(query) == _scan_without_prefilter(rewriter, query), query
+
+
+def test_reverse_proof_a_prefilter_missing_cjk_forms_is_caught() -> None:
+    rewriter = GlossaryQueryRewriter()
+    rewriter._folded_forms = tuple(f for f in rewriter._folded_forms if f.isascii())
+    assert rewriter._matches("营收下滑") != _scan_without_prefilter(rewriter, "营收下滑")

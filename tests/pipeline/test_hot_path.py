@@ -151,6 +151,8 @@ def _distinct_labels(snippets: Sequence[dict[str, Any]]) -> bool:
         (["PUBLIC", "INTERNAL", "PUBLIC", "restricted."], True),
         (["INTERNAL", "INTERNAL", _LooksInternal()], True),
         (["INTERNAL", ["unhashable"]], True),
+        ([None], True),  # the first label, not a string: unknown, so RESTRICTED
+        ([None, None, "INTERNAL"], True),
         ([], False),
     ],
 )
@@ -158,6 +160,44 @@ def test_final_exit_checks_every_label_that_is_not_a_known_open_string(
     labels: list[Any], expected: bool
 ) -> None:
     assert _any_restricted([{"sensitivity": label} for label in labels]) is expected
+
+
+def _memo_starting_at_none(snippets: Sequence[dict[str, Any]]) -> bool:
+    """Broken final exit: the memo starts as None and is compared by identity, so a None label is never
+    checked."""
+    open_label: Any = None
+    for snippet in snippets:
+        label = snippet.get("sensitivity", "")
+        if label is open_label:
+            continue
+        if is_restricted(label):
+            return True
+        open_label = label
+    return False
+
+
+def test_reverse_proof_memo_starting_at_none_is_caught() -> None:
+    snippets = [{"sensitivity": None}, {"sensitivity": "INTERNAL"}]
+    assert _any_restricted(snippets) and not _memo_starting_at_none(snippets)
+
+
+def test_snippets_of_drops_a_first_label_that_is_not_a_string(index: NarrativeIndex) -> None:
+    chunk = next(iter(index.store.iter_chunks()))
+    results = [
+        RetrievalResult(replace(chunk, sensitivity=label), 1.0, 0.0, 0.5)  # type: ignore[arg-type]
+        for label in (None, None, "INTERNAL")
+    ]
+    assert [s["sensitivity"] for s in snippets_of(results)] == ["INTERNAL"]
+
+
+def test_snippet_scores_are_plain_floats_whatever_the_result_holds(index: NarrativeIndex) -> None:
+    import numpy as np
+
+    chunk = next(iter(index.store.iter_chunks()))
+    odd = RetrievalResult(chunk, np.float64(2.5), 0, np.float32(0.25), np.float64(1.0), 3)  # type: ignore[arg-type]
+    for snippet in (snippets_of([odd])[0], to_snippet(odd)):
+        assert snippet["scores"] == {"bm25": 2.5, "vector": 0.0, "fused": 0.25, "sparse": 1.0, "rerank": 3.0}
+        assert all(type(v) is float for v in snippet["scores"].values())
 
 
 def test_reverse_proof_distinct_label_exit_is_caught() -> None:

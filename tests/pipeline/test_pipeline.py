@@ -52,11 +52,26 @@ def corpus_index(tmp_path: Path) -> Iterator[NarrativeIndex]:
         ({"query": "q", "filters": {"colour": "red"}}, "unknown filter field 'colour'"),
         ({"query": "q", "filters": ["topic"]}, "filters must be a mapping"),
         ({"query": "q", "libraries": "lib"}, "libraries must be a sequence"),
+        ({"query": "q", "libraries": ["a", ""]}, "libraries must be a sequence"),
+        ({"query": "q", "libraries": ("a", 3)}, "libraries must be a sequence"),
+        ({"query": "q", "expansion": "sideways"}, "unknown expansion"),
     ],
 )
 def test_bad_requests_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RetrieveRequest(**kwargs)
+
+
+def test_request_fields_come_out_canonical() -> None:
+    class _Mode(str):
+        pass
+
+    request = RetrieveRequest("q", libraries=["a", "b"], expansion=" Parent ")
+    assert request.libraries == ("a", "b") and request.expansion == "parent"
+    assert RetrieveRequest("q", expansion="").expansion == "auto"
+    kept = RetrieveRequest("q", expansion=_Mode("window")).expansion
+    assert kept == "window" and type(kept) is str  # a str subclass comes out as a plain str
+    assert RetrieveRequest("q").libraries == () and RetrieveRequest("q").expansion == "auto"
 
 
 def test_pipeline_construction_and_unknown_library(corpus_index: NarrativeIndex) -> None:

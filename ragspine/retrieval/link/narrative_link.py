@@ -101,7 +101,6 @@ class NarrativeIndexRetriever:
             cached = self._pipeline = (self.index, self.postprocessor, self.store, pipeline)
         return cached[3]
 
-
     def retrieve(
         self,
         query: str,
@@ -110,7 +109,15 @@ class NarrativeIndexRetriever:
         top_k: int = DEFAULT_TOP_K,
     ) -> list[dict[str, Any]]:
         """RESTRICTED-free snippet dicts, best first. ``ValueError`` for a blank query or unknown filter."""
-        return self.retrieve_report(query, filters=filters, top_k=top_k).snippets
+        # ``retrieve_report``'s request with its defaults, without the report this caller does not read.
+        request = RetrieveRequest(
+            query,
+            filters=filters,
+            top_k=top_k,
+            retry_without_filters=self.retry_without_filters,
+            expansion=self.expansion,
+        )
+        return self.run(request).snippets
 
     def retrieve_report(
         self,

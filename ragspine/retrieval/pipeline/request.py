@@ -9,7 +9,7 @@ from typing import Any
 
 from ragspine.retrieval.chunking.types import METADATA_FIELDS
 from ragspine.retrieval.constants import DEFAULT_TOP_K
-from ragspine.retrieval.expansion import normalize_expansion
+from ragspine.retrieval.expansion import EXPANSION_MODES, normalize_expansion
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.lexical.hybrid import validate_query, validate_top_k
 
@@ -50,12 +50,15 @@ class RetrieveRequest:
             validate_top_k(self.rerank_top_n, name="rerank_top_n")
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is unknown; use one of {', '.join(repr(m) for m in MODES)}")
-        if isinstance(self.libraries, str) or not all(isinstance(x, str) and x for x in self.libraries):
-            raise ValueError("libraries must be a sequence of non-empty library ids")
-        if not isinstance(self.libraries, tuple):
-            object.__setattr__(self, "libraries", tuple(self.libraries))
-        check_filters(self.filters)
-        object.__setattr__(self, "expansion", normalize_expansion(self.expansion))
+        if type(self.libraries) is not tuple or self.libraries:  # the common request names none
+            if isinstance(self.libraries, str) or not all(isinstance(x, str) and x for x in self.libraries):
+                raise ValueError("libraries must be a sequence of non-empty library ids")
+            if not isinstance(self.libraries, tuple):
+                object.__setattr__(self, "libraries", tuple(self.libraries))
+        if self.filters is not None:
+            check_filters(self.filters)
+        if type(self.expansion) is not str or self.expansion not in EXPANSION_MODES:  # canonical: kept
+            object.__setattr__(self, "expansion", normalize_expansion(self.expansion))
 
     @property
     def visual(self) -> bool:

@@ -24,7 +24,7 @@ from ragspine.retrieval.expansion import expand_child_hits
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
 from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
-from ragspine.retrieval.pipeline.snippets import snippets_of
+from ragspine.retrieval.pipeline.snippets import snippets_and_parents
 from ragspine.retrieval.pipeline.sources import LibrarySource, RetrieverLibrary
 from ragspine.retrieval.routing.router import LibraryRouter, RoutableLibrary
 from ragspine.retrieval.visual.fusion import fuse_text_and_visual
@@ -180,8 +180,8 @@ class TextChannelStage:
             state.retried_without_filters = True
         t0 = time.perf_counter()
         # RESTRICTED exit #2: dropped before any snippet dict is produced.
-        snippets = snippets_of(report.results, library_id=source.library_id or None)
-        if not is_off(request.expansion) and any(s["parent_locator"] for s in snippets):
+        snippets, parents = snippets_and_parents(report.results, library_id=source.library_id or None)
+        if parents and not is_off(request.expansion):
             # A child of a structural chunker brings its parent or window as prompt_text (never a
             # RESTRICTED one); snippets of the default chunker (no parent_locator) pass through untouched,
             # so they skip the step (which would only copy them).
@@ -271,13 +271,16 @@ class RestrictedExitStage:
         state.snippets = safe
 
 
+_NO_LABEL = object()  # the memo before any label was found open: no label is or equals it
+
+
 def _any_restricted(snippets: Sequence[dict[str, Any]]) -> bool:
     """True when some snippet's ``sensitivity`` label is RESTRICTED (or unknown). A plain label string
     already found open is not checked again for the next snippet (snippets mostly share one label)."""
-    open_label: str | None = None
+    open_label: object = _NO_LABEL  # then the last plain str label found open
     for snippet in snippets:
         label = snippet.get("sensitivity", "")
-        if type(label) is str and label == open_label:
+        if label is open_label or (type(label) is str and label == open_label):
             continue
         if is_restricted(label):
             return True
