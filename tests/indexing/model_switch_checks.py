@@ -72,7 +72,8 @@ def check_switch_by_another_process(open_store: Callable[[], Any], caplog: pytes
         assert model_a.passages == passages
 
         # Switched back to A's model by a third process: A reloads the stored vectors and serves again.
-        index_c = NarrativeIndex(open_store(), embedding_backend=CountingBackend("model-a"), defer_vectors=True)
+        model_c = CountingBackend("model-a")
+        index_c = NarrativeIndex(open_store(), embedding_backend=model_c, defer_vectors=True)
         _drain(index_c)
         _wait(lambda: "lib" not in drainer.conflicts, "process A noticing the library is back on its model")
         # Vectors C stored after A looked are picked up by A's drainer's periodic catch-up (every 5 s).
