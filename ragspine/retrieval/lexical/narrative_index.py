@@ -440,10 +440,10 @@ class NarrativeIndex:
         """Compare the models this process verified with the library's recorded vector spaces (another
         process may have switched them since); returns ``model_conflicts``.
 
-        A kind whose recorded model (or dimension) is no longer this process's model is a conflict: its
-        in-memory vectors are dropped (the switch deleted them from the store), the drainer leaves its
-        backlog alone and queries skip its channel, flagged degraded, until the library is back on this
-        process's model. A switch away and back (same model, new epoch) reloads the stored vectors."""
+        A kind whose recorded model (or dimension) is no longer this process's model is a conflict: the
+        drainer leaves its backlog alone and queries skip its channel, flagged degraded, until the library
+        is back on this process's model. Back on it (or switched away and back: same model, new epoch),
+        the in-memory vectors of that kind are replaced by the stored ones."""
         if self._ledger is None:
             return self.model_conflicts
         self._space_checked_at = time.monotonic()
@@ -461,7 +461,8 @@ class NarrativeIndex:
                 was = self.model_conflicts.get(kind)
                 if not same:
                     if was is None:
-                        self.retriever.clear_vectors(kind)
+                        # The in-memory vectors stay, unused (an external vector store they mirror may
+                        # hold the other process's vectors now: they are not deleted from here).
                         self.model_conflicts[kind] = (
                             f"the library's {kind} model was switched to {space.model!r}"
                             f"{f' (dimension {space.dim})' if space.dim else ''} by another process, but this"

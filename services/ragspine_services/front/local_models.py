@@ -53,7 +53,9 @@ class ModelCallGate:
         log_every_s: float = 10.0,
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-            raise ValueError(f"model call slots must be an integer >= 1, got {slots!r}")
+            raise ValueError(
+                f"model call slots (RAGSPINE_MODEL_CALL_SLOTS) must be an integer >= 1, got {slots!r}"
+            )
         if reserve_s < 0 or not 0.0 <= reserve_fraction < 1.0:
             raise ValueError("reserve_s must be >= 0 and reserve_fraction in [0, 1)")
         self.slots = slots
