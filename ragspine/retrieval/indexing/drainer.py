@@ -99,9 +99,12 @@ class VectorDrainer:
     def remove(self, name: str) -> None:
         with self._lock:
             index = self._targets.pop(name, None)
-            self.conflicts.pop(name, None)
+            conflicts = self.conflicts.pop(name, {})
         if index is not None:
             index.on_backlog = None
+        for kind in sorted(conflicts):
+            if self.on_conflict is not None:
+                self.on_conflict(name, kind, None)  # no longer served here: nothing left to report
 
     def wake(self) -> None:
         """Look for work now (called after an ingest)."""

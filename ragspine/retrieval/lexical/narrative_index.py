@@ -725,7 +725,7 @@ class NarrativeIndex:
         if self._models and time.monotonic() - self._space_checked_at >= _SPACE_CHECK_EVERY_S:
             # A model switched by another process shows here within a second even without a drainer.
             self.check_vector_spaces()
-        conflicts = self.model_conflicts
+        conflicts = dict(self.model_conflicts) if self.model_conflicts else {}
         timings: dict[str, float] = {"sync": (time.perf_counter() - t0) * 1000.0}
         n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
         effective, extraction_error = self._narrow(query, metadata_filter)
@@ -744,7 +744,7 @@ class NarrativeIndex:
         partial, pending = search.partial, search.pending
         degraded = list(search.degraded)
         errors = dict(search.errors)
-        for kind, why in list(conflicts.items()):
+        for kind, why in conflicts.items():
             stage = "embedding" if kind == DENSE else "sparse"
             if stage not in degraded:
                 degraded.append(stage)

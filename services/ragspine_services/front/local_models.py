@@ -28,7 +28,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
 
-from ragspine.retrieval.indexing.ledger import model_id
 from ragspine_services.common import metrics
 from ragspine_services.common.deadline import remaining_s, stage_budget
 from ragspine_services.common.errors import BackendUnavailableError
@@ -162,6 +161,8 @@ class _Bounded:
 
     @property
     def model_id(self) -> str:
+        from ragspine.retrieval.indexing.ledger import model_id
+
         return model_id(self.inner)
 
     def __getattr__(self, name: str) -> Any:
