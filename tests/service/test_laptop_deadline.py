@@ -127,3 +127,11 @@ def test_gate_without_a_deadline_runs_on_the_calling_thread() -> None:
             ModelCallGate(slots=0)
     finally:
         gate.close()
+
+
+def test_zero_slots_call_the_models_unbounded_and_negative_is_refused(make_front) -> None:
+    front = make_front(mode="hybrid", model_call_slots=0)
+    assert front.parts.model_gate is None
+    assert not isinstance(front.parts.catalog.embedding_backend, BoundedEmbedding)
+    with pytest.raises(ValueError, match="RAGSPINE_MODEL_CALL_SLOTS"):
+        make_front(mode="hybrid", model_call_slots=-1)

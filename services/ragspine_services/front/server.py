@@ -83,7 +83,8 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
         embedding = resolve_embedding(settings, mode)
         sparse = resolve_sparse(settings, mode)
         reranker = resolve_reranker(settings, sparse)
-        if embedding is not None or sparse is not None or reranker is not None:
+        wanted = settings.model_call_slots != 0  # 0: query-time model calls unbounded, on the serving thread
+        if wanted and (embedding is not None or sparse is not None or reranker is not None):
             # Query-time model calls answer within the caller's deadline, as the worker client's do.
             gate = ModelCallGate(
                 slots=settings.model_call_slots,
