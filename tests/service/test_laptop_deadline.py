@@ -102,7 +102,7 @@ def test_reverse_proof_unbounded_embedding_runs_past_the_deadline(make_front) ->
 def test_abandoned_calls_do_not_pile_up(make_front) -> None:
     """One slot: the abandoned call holds it until it finishes, so the next queries are shed within
     their budget (never a second model call running), and every one answers on time."""
-    front, slow = _front_with_slow_queries(make_front, delay_s=1.0, model_call_slots=1)
+    front, slow = _front_with_slow_queries(make_front, delay_s=2.0, model_call_slots=1)
     gate = front.parts.model_gate
     for _ in range(3):
         check_on_time(front, deadline_s=0.4)
