@@ -157,6 +157,10 @@ class Settings:
     worker_breaker_failures: int = 3  # consecutive failed worker calls that open the circuit breaker
     worker_breaker_open_s: float = 0.5  # seconds the breaker stays open before a half-open probe
     worker_max_in_flight: int = 64  # concurrent front->worker calls; more are shed (answers degrade)
+    # Laptop mode: in-process model calls made for queries run on this many threads, bounded by the
+    # caller's deadline with the reserve above (an abandoned call holds its slot until it finishes);
+    # 0 = unbounded, on the serving thread (saves a thread hand-off per call, gives up the deadline).
+    model_call_slots: int = 2
     # How long a library's served index may trust its last look at the store's change log when this
     # front wrote nothing since (writes by other replicas show within it); 0 = look on every query.
     store_change_poll_s: float = 0.02

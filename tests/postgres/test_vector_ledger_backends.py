@@ -9,6 +9,7 @@ import pytest
 
 from ragspine.retrieval.indexing.ledger import VectorLedgerMixin, VectorSpace
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from tests.indexing.model_switch_checks import break_conflict_detection, check_switch_by_another_process
 from tests.indexing.vector_checks import (
     DOCS,
     CountingBackend,
@@ -69,3 +70,15 @@ def test_backends_never_store_a_vector_for_a_superseded_version(store_factory) -
         NarrativeIndex(other).ingest(text + "\n\nA revised closing paragraph.", meta)
 
     check_no_vector_for_superseded(store, index, replace)
+
+
+def test_backends_model_switched_by_another_process(store_factory, caplog) -> None:
+    """Process A's drainer stops embedding with its old model once process B (another handle on the same
+    database) switched the library's model; its queries skip the dense channel, flagged degraded."""
+    check_switch_by_another_process(store_factory, caplog)
+
+
+def test_reverse_proof_switch_by_another_process_check(store_factory, caplog, monkeypatch) -> None:
+    break_conflict_detection(monkeypatch)
+    with pytest.raises(AssertionError, match="noticing the switch"):
+        check_switch_by_another_process(store_factory, caplog)

@@ -9,6 +9,10 @@ queries never wait for any of it.
 The drainer logs a line per library as it drains (at most every ``log_every_s``) and when the backlog is
 empty, reports each library's pending count to ``on_progress`` and the chunks it embedded to
 ``on_embedded`` (the front feeds a Prometheus gauge and counter).
+
+When another process switches a library's model (the index's ``model_conflicts``), the index stops
+embedding that kind with this process's model; the drainer logs one error line per library and kind
+saying what to do, and reports it to ``on_conflict(name, kind, reason)`` (``reason`` None once resolved).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class VectorDrainer:
         log_every_s: float = 5.0,
         on_progress: Callable[[str, int], None] | None = None,
         on_embedded: Callable[[str, int], None] | None = None,
+        on_conflict: Callable[[str, str, str | None], None] | None = None,
     ) -> None:
         if concurrency < 1 or batch_size < 1 or batch_tokens < 1:
             raise ValueError("concurrency, batch_size and batch_tokens must be >= 1")
@@ -66,6 +71,9 @@ class VectorDrainer:
         self.log_every_s = log_every_s
         self.on_progress = on_progress
         self.on_embedded = on_embedded
+        self.on_conflict = on_conflict
+        # name -> {kind: reason}: libraries whose model another process switched (not drained here).
+        self.conflicts: dict[str, dict[str, str]] = {}
         self._targets: dict[str, Drainable] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -91,8 +99,12 @@ class VectorDrainer:
     def remove(self, name: str) -> None:
         with self._lock:
             index = self._targets.pop(name, None)
+            conflicts = self.conflicts.pop(name, {})
         if index is not None:
             index.on_backlog = None
+        for kind in sorted(conflicts):
+            if self.on_conflict is not None:
+                self.on_conflict(name, kind, None)  # no longer served here: nothing left to report
 
     def wake(self) -> None:
         """Look for work now (called after an ingest)."""
@@ -160,6 +172,7 @@ class VectorDrainer:
                 self._backoff_until[name] = time.monotonic() + wait
             log.warning("library %s: embedding the backlog failed (%s); retrying in %.1f s", name, exc, wait)
             return 0
+        self._note_conflicts(name, dict(getattr(index, "model_conflicts", None) or {}))
         with self._lock:
             self._failures.pop(name, None)
             self._backoff_until.pop(name, None)
@@ -168,6 +181,25 @@ class VectorDrainer:
             self.on_embedded(name, done)
         self._report(name, index, done)
         return done
+
+    def _note_conflicts(self, name: str, now: dict[str, str]) -> None:
+        """Log and report each kind whose conflict appeared or went away since the last step."""
+        with self._lock:
+            before = self.conflicts.get(name, {})
+            if now == before:
+                return
+            if now:
+                self.conflicts[name] = now
+            else:
+                self.conflicts.pop(name, None)
+        for kind in sorted(now.keys() - before.keys()):
+            log.error("library %s: %s", name, now[kind])
+            if self.on_conflict is not None:
+                self.on_conflict(name, kind, now[kind])
+        for kind in sorted(before.keys() - now.keys()):
+            log.info("library %s: the %s model matches this process again; draining resumes", name, kind)
+            if self.on_conflict is not None:
+                self.on_conflict(name, kind, None)
 
     def _report(self, name: str, index: Drainable, done: int) -> None:
         now = time.monotonic()

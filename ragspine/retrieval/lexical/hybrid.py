@@ -14,7 +14,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -465,8 +465,10 @@ class HybridRetriever:
         language: str | None = None,
         top_k: int | None = None,
         metadata_filter: MetadataFilter | None = None,
+        without: Collection[str] = (),
     ) -> SearchReport:
-        """Like ``search`` but also reports degraded stages (an embedding failure) and stage timings."""
+        """Like ``search`` but also reports degraded stages (an embedding failure) and stage timings.
+        ``without`` names model channels (``"dense"``, ``"sparse"``) to leave out of this search."""
         validate_query(query)
         k = self.top_k if top_k is None else validate_top_k(top_k)
         if metadata_filter is not None and not isinstance(metadata_filter, MetadataFilter):
@@ -491,6 +493,9 @@ class HybridRetriever:
             report.skipped.append(f"embedding (model does not read {language})")
         if self.sparse_encoder is not None and not use_sparse:
             report.skipped.append(f"sparse (model does not read {language})")
+        if without:
+            use_dense = use_dense and "dense" not in without
+            use_sparse = use_sparse and "sparse" not in without
         # Every model call happens before the lock is taken: a slow model never queues other searches.
         dense_ms = sparse_ms = 0.0
         qvec: np.ndarray | None = None

@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _CATCH_UP_EVERY_S = 5.0
+# How often queries compare this process's models with the library's recorded vector spaces.
+_SPACE_CHECK_EVERY_S = 1.0
 # ``drain_step`` reads this many batches' worth of pending chunks at once and embeds them sorted by length.
 _DRAIN_WINDOW_BATCHES = 4
 
@@ -174,6 +176,11 @@ class NarrativeIndex:
             else None
         )
         self._models: dict[str, str] = {}  # kind -> the model id verified against the store
+        self._epochs: dict[str, int] = {}  # kind -> the store's vector-space epoch when it was verified
+        # kind -> why this process cannot serve or drain that kind: another process switched the library
+        # to a different model. Read by the drainer (which reports it) and by queries (which skip it).
+        self.model_conflicts: dict[str, str] = {}
+        self._space_checked_at = -math.inf
         self._model_retry_at: dict[str, float] = {}
         self._model_lock = threading.Lock()  # serialises recording the models (never across a model call)
         self._identify_lock = threading.Lock()  # one thread asks a model for its id; none waits on it
@@ -426,7 +433,54 @@ class NarrativeIndex:
             if self.on_backlog is not None:
                 self.on_backlog()
         self._models[kind] = ident
+        self._epochs[kind] = space.epoch
         return ident
+
+    def check_vector_spaces(self) -> dict[str, str]:
+        """Compare the models this process verified with the library's recorded vector spaces (another
+        process may have switched them since); returns ``model_conflicts``.
+
+        A kind whose recorded model (or dimension) is no longer this process's model is a conflict: the
+        drainer leaves its backlog alone and queries skip its channel, flagged degraded, until the library
+        is back on this process's model. Back on it (or switched away and back: same model, new epoch),
+        the in-memory vectors of that kind are replaced by the stored ones."""
+        if self._ledger is None:
+            return self.model_conflicts
+        self._space_checked_at = time.monotonic()
+        for kind, component in self._components():
+            with self._model_lock:
+                model = self._models.get(kind)
+                if model is None:
+                    continue
+                space = self._ledger.vector_space(kind)
+                if space is None:
+                    continue
+                dim = getattr(component, "dim", 0) if kind == DENSE else 0
+                dim = dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else 0
+                same = space.model == model and (not dim or space.dim in (0, dim))
+                was = self.model_conflicts.get(kind)
+                if not same:
+                    if was is None:
+                        # The in-memory vectors stay, unused (an external vector store they mirror may
+                        # hold the other process's vectors now: they are not deleted from here).
+                        self.model_conflicts[kind] = (
+                            f"the library's {kind} model was switched to {space.model!r}"
+                            f"{f' (dimension {space.dim})' if space.dim else ''} by another process, but this"
+                            f" process embeds with {model!r}{f' (dimension {dim})' if dim else ''}: it no"
+                            f" longer drains this library's {kind} backlog and answers its queries without"
+                            f" the {kind} channel; restart it configured with {space.model!r} (or switch the"
+                            f" library back to {model!r})"
+                        )
+                    continue
+                if was is None and self._epochs.get(kind) == space.epoch:
+                    continue
+                # Back on this process's model (or switched away and back): start from the store again.
+                self.model_conflicts.pop(kind, None)
+                self._epochs[kind] = space.epoch
+                self.retriever.clear_vectors(kind)
+            self._install(kind, self._ledger.load_vectors(kind, model))
+            log.info("%s vectors: the library is on this process's model %s again; reloaded", kind, model)
+        return self.model_conflicts
 
     def _install(self, kind: str, stored: dict[str, tuple[int, bytes]]) -> int:
         if kind == DENSE:
@@ -481,6 +535,10 @@ class NarrativeIndex:
             model = self._model(kind, component)
             if model is None:
                 return self.retriever.pending_count()
+            if kind in self.model_conflicts:
+                # The backlog under the library's own model: what a process with that model must drain.
+                space = self._ledger.vector_space(kind)
+                model = model if space is None else space.model
             counts.append(self._ledger.count_pending_vectors(kind, model))
         return max(counts)
 
@@ -508,8 +566,11 @@ class NarrativeIndex:
         if self._ledger is None:
             return 0
         self.sync()
+        conflicts = self.check_vector_spaces()
         done = 0
         for kind, component in self._components():
+            if kind in conflicts:
+                continue  # another process switched the library's model: never embed with this one
             model = self._model(kind, component)
             if model is None:
                 raise RuntimeError(f"the {kind} model cannot be identified yet (is the worker reachable?)")
@@ -531,9 +592,11 @@ class NarrativeIndex:
                 self.embedded[kind] += len(computed)
                 rows = self._encoded(kind, computed)
                 if self._ledger.put_vectors(kind, model, rows, dim=self._dim(kind, computed)):
-                    # Nothing stored means the library's model was switched meanwhile (or every version
-                    # was replaced): those vectors must not be served either.
                     self._install(kind, {cid: (version, data) for cid, version, data in rows})
+                elif kind in self.check_vector_spaces():
+                    # Nothing stored: the library's model was switched meanwhile. Those vectors must not
+                    # be served either, and nothing more is embedded with this model.
+                    continue
                 done += len(taken)
             finally:
                 with self._claim_lock:
@@ -659,6 +722,10 @@ class NarrativeIndex:
             # with them, so a model switched meanwhile never meets the old model's vectors.
             for kind, component in self._components():
                 self._model(kind, component)
+        if self._models and time.monotonic() - self._space_checked_at >= _SPACE_CHECK_EVERY_S:
+            # A model switched by another process shows here within a second even without a drainer.
+            self.check_vector_spaces()
+        conflicts = dict(self.model_conflicts) if self.model_conflicts else {}
         timings: dict[str, float] = {"sync": (time.perf_counter() - t0) * 1000.0}
         n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
         effective, extraction_error = self._narrow(query, metadata_filter)
@@ -671,11 +738,17 @@ class NarrativeIndex:
             language=language,
             top_k=top_k,
             metadata_filter=effective,
+            **({"without": frozenset(conflicts)} if conflicts else {}),
         )
         timings.update(search.timings_ms)
         partial, pending = search.partial, search.pending
         degraded = list(search.degraded)
         errors = dict(search.errors)
+        for kind, why in conflicts.items():
+            stage = "embedding" if kind == DENSE else "sparse"
+            if stage not in degraded:
+                degraded.append(stage)
+                errors[stage] = why
         if extraction_error:
             # The question's own filters could not be read: answered with the caller's filters only.
             degraded.append("filter_extractor")

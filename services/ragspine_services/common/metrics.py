@@ -26,6 +26,24 @@ VECTORS_EMBEDDED = Counter(
     "ragspine_vectors_embedded_total", "Chunks the background drainer made vectors for.", ["library"]
 )
 
+MODEL_CALLS_ABANDONED = Counter(
+    "ragspine_model_calls_abandoned_total",
+    "In-process model calls whose caller stopped waiting at its deadline (the call ran on), by stage.",
+    ["stage"],
+)
+MODEL_CALLS_SHED = Counter(
+    "ragspine_model_calls_shed_total",
+    "In-process model calls refused because every model slot stayed busy past the caller's budget.",
+    ["stage"],
+)
+
+LIBRARY_MODEL_CONFLICT = Gauge(
+    "ragspine_library_model_conflict",
+    "1 while a library's recorded model differs from this process's (switched by another process):"
+    " its backlog is not drained here and its queries answer lexically.",
+    ["library", "kind"],
+)
+
 _started: set[int] = set()
 
 

@@ -293,6 +293,9 @@ class LibraryCatalog:
                 batch_tokens=settings.vector_batch_tokens,
                 on_progress=lambda library_id, n: metrics.PENDING_VECTORS.labels(library_id).set(n),
                 on_embedded=lambda library_id, n: metrics.VECTORS_EMBEDDED.labels(library_id).inc(n),
+                on_conflict=lambda library_id, kind, why: metrics.LIBRARY_MODEL_CONFLICT.labels(
+                    library_id, kind
+                ).set(0 if why is None else 1),
             ).start()
 
     @property

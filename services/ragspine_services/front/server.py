@@ -22,6 +22,12 @@ from ragspine_services.common.metrics import start_metrics_server
 from ragspine_services.common.server import RunningServer, start_server
 from ragspine_services.common.tracing import configure_tracing, shutdown_tracing
 from ragspine_services.front.libraries import LibraryCatalog
+from ragspine_services.front.local_models import (
+    BoundedEmbedding,
+    BoundedReranker,
+    BoundedSparse,
+    ModelCallGate,
+)
 from ragspine_services.front.remote import (
     RemoteEmbeddingBackend,
     RemoteReranker,
@@ -49,6 +55,7 @@ class FrontParts:
     default_mode: str
     reranker_name: str
     structured: StructuredServicer | None = None
+    model_gate: ModelCallGate | None = None
 
     def close(self) -> None:
         self.catalog.close()
@@ -56,6 +63,8 @@ class FrontParts:
             self.structured.facts.close()
         if self.worker is not None:
             self.worker.close()
+        if self.model_gate is not None:
+            self.model_gate.close()
 
 
 def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> FrontParts:
@@ -69,10 +78,22 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
     sparse: object = None
     visual: object = None
     worker = None
+    gate = None
     if local:
         embedding = resolve_embedding(settings, mode)
         sparse = resolve_sparse(settings, mode)
         reranker = resolve_reranker(settings, sparse)
+        wanted = settings.model_call_slots != 0  # 0: query-time model calls unbounded, on the serving thread
+        if wanted and (embedding is not None or sparse is not None or reranker is not None):
+            # Query-time model calls answer within the caller's deadline, as the worker client's do.
+            gate = ModelCallGate(
+                slots=settings.model_call_slots,
+                reserve_s=settings.worker_fallback_reserve_s,
+                reserve_fraction=settings.worker_reserve_fraction,
+            )
+            embedding = None if embedding is None else BoundedEmbedding(embedding, gate)
+            sparse = None if sparse is None else BoundedSparse(sparse, gate)
+            reranker = None if reranker is None else BoundedReranker(reranker, gate)
         if specs.visual:
             from ragspine.retrieval.visual.factory import make_visual_encoder
 
@@ -103,7 +124,7 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
     default_mode = "hybrid" if embedding is not None or sparse is not None else "lexical"
     reranker_name = settings.reranker if reranker is not None else ""
     structured = build_structured_servicer(settings, catalog=catalog, lexical=default_mode == "lexical")
-    return FrontParts(catalog, worker, default_mode, reranker_name, structured)
+    return FrontParts(catalog, worker, default_mode, reranker_name, structured, model_gate=gate)
 
 
 def front_authenticator(settings: Settings) -> Authenticator:
