@@ -135,3 +135,59 @@ def test_zero_slots_call_the_models_unbounded_and_negative_is_refused(make_front
     assert not isinstance(front.parts.catalog.embedding_backend, BoundedEmbedding)
     with pytest.raises(ValueError, match="RAGSPINE_MODEL_CALL_SLOTS"):
         make_front(mode="hybrid", model_call_slots=-1)
+
+
+def test_a_stage_fast_of_late_runs_on_the_callers_thread_and_a_slow_one_goes_back_to_the_slots() -> None:
+    """After ``warm_calls`` quick calls the call skips the slot threads; one slow call sends the stage
+    back through the slots, where a call past the budget is abandoned (on time)."""
+    gate = ModelCallGate(slots=1, warm_calls=3, direct_margin=4.0, reserve_s=0.05, reserve_fraction=0.5)
+    where: list[threading.Thread] = []
+
+    def quick() -> int:
+        where.append(threading.current_thread())
+        return 1
+
+    try:
+        with call_deadline(1.0):
+            for _ in range(3):  # not yet timed enough: through the slots
+                assert gate.call("embedding", quick) == 1
+            assert all(t is not threading.current_thread() for t in where)
+            assert gate.direct == 0
+            where.clear()
+            assert gate.call("embedding", quick) == 1
+            assert where == [threading.current_thread()] and gate.direct == 1
+        # A call slower than a quarter of the budget lifts the estimate at once ...
+        with call_deadline(1.0):
+            gate.call("embedding", lambda: time.sleep(0.3) or 1)
+        # ... so the next call goes through a slot and is abandoned when it runs past its budget.
+        with call_deadline(0.4):
+            started = time.monotonic()
+            with pytest.raises(BackendUnavailableError, match="did not finish"):
+                gate.call("embedding", lambda: time.sleep(1.0) or 1)
+            assert time.monotonic() - started < 0.4
+        assert gate.abandoned == 1
+    finally:
+        gate.close()
+
+
+def test_reverse_proof_a_gate_that_never_leaves_the_fast_path_runs_late() -> None:
+    """A gate whose estimate never rises (it trusts its first quick calls forever) must run the slow
+    call on the caller's thread past the deadline: the check above would catch it."""
+
+    class Trusting(ModelCallGate):
+        def _record(self, stage: str, seconds: float) -> None:
+            with self._lock:
+                self._estimate.setdefault(stage, seconds)
+                self._timed[stage] = self._timed.get(stage, 0) + 1
+
+    gate = Trusting(slots=1, warm_calls=1)
+    try:
+        with call_deadline(1.0):
+            gate.call("embedding", lambda: 1)
+            gate.call("embedding", lambda: time.sleep(0.3) or 1)
+        with call_deadline(0.4):
+            started = time.monotonic()
+            gate.call("embedding", lambda: time.sleep(1.0) or 1)  # no abandonment: runs to the end
+            assert time.monotonic() - started >= 0.4
+    finally:
+        gate.close()

@@ -13,7 +13,11 @@ abandoned or shed call counts in ``ragspine_model_calls_abandoned_total`` / ``..
 is logged (at most one line per stage every ``log_every_s``).
 
 Calls made with no deadline in scope (the background drainer, in-process library callers) run on the
-calling thread exactly as before.
+calling thread exactly as before. So does a call whose stage has answered quickly of late: once a stage
+has ``warm_calls`` timed calls and its cautious latency estimate (it jumps up to any slower call and
+decays slowly) times ``direct_margin`` fits the budget, the call runs on the caller's thread and skips the
+hand-off to a slot thread (a few ms on a loaded machine). A stage that turns slow (a backlog, a loaded
+machine) goes back through the slots at its next call.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class ModelCallGate:
         reserve_s: float = 0.05,
         reserve_fraction: float = 0.5,
         log_every_s: float = 10.0,
+        warm_calls: int = 3,
+        direct_margin: float = 4.0,
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError(
@@ -68,6 +74,11 @@ class ModelCallGate:
         self.abandoned = 0  # calls whose caller stopped waiting, since start
         self.shed = 0  # calls refused because every slot stayed busy past the caller's budget
         self._last_log: dict[str, float] = {}
+        self.warm_calls = warm_calls
+        self.direct_margin = direct_margin
+        self._estimate: dict[str, float] = {}  # stage -> cautious latency estimate (s)
+        self._timed: dict[str, int] = {}  # stage -> timed calls so far
+        self.direct = 0  # calls run on the caller's thread under a deadline (fast of late)
 
     @property
     def abandoned_running(self) -> int:
@@ -83,6 +94,13 @@ class ModelCallGate:
         budget = stage_budget(math.inf, reserve_s=self.reserve_s, reserve_fraction=self.reserve_fraction)
         if budget is None or budget < _MIN_CALL_S:
             raise BackendUnavailableError(f"no time left in the caller's deadline for the {stage} model")
+        if self._fast_enough(stage, budget):
+            with self._lock:
+                self.direct += 1
+            begun = time.monotonic()
+            value = fn(*args)
+            self._record(stage, time.monotonic() - begun)
+            return value
         started = time.monotonic()
         if not self._free.acquire(timeout=budget):
             with self._lock:
@@ -104,7 +122,7 @@ class ModelCallGate:
         budget -= time.monotonic() - started
         context = contextvars.copy_context()  # tracing spans inside the model call keep their parent
         try:
-            future: Future[T] = self._executor.submit(context.run, fn, *args)
+            future: Future[T] = self._executor.submit(context.run, self._timed_call, stage, fn, *args)
         except BaseException:
             self._free.release()
             raise
@@ -133,6 +151,26 @@ class ModelCallGate:
         raise BackendUnavailableError(
             f"{stage} model did not finish within the caller's deadline ({budget * 1e3:.0f} ms for it)"
         )
+
+    def _timed_call(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
+        begun = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self._record(stage, time.monotonic() - begun)
+
+    def _record(self, stage: str, seconds: float) -> None:
+        """Fold one call's duration into the stage's estimate: up at once, down slowly."""
+        with self._lock:
+            old = self._estimate.get(stage)
+            self._estimate[stage] = seconds if old is None or seconds > old else 0.9 * old + 0.1 * seconds
+            self._timed[stage] = self._timed.get(stage, 0) + 1
+
+    def _fast_enough(self, stage: str, budget: float) -> bool:
+        with self._lock:
+            if self._timed.get(stage, 0) < self.warm_calls:
+                return False
+            return self._estimate[stage] * self.direct_margin <= budget
 
     def _abandoned_done(self, _: Future[Any]) -> None:
         with self._lock:
