@@ -43,7 +43,12 @@ def test_record_of_every_metadata_kind_and_provenance() -> None:
         "tags": ["a", "b"],
         "doc_id": "from-the-document",
     }
-    provenance = {"chunk_id": "d1#c0", "source_locator": "d1.md#para1", "library_id": "lib"}
+    provenance = {
+        "chunk_id": "d1#c0",
+        "source_locator": "d1.md#para1",
+        "library_id": "lib",
+        "document_id": "d1",
+    }
     assert answer == {
         "records": [
             {
@@ -52,7 +57,12 @@ def test_record_of_every_metadata_kind_and_provenance() -> None:
                 "title": "Title",
                 "metadata": {**document, **provenance},
             },
-            {"content": "only text", "score": 0.5, "title": "d2", "metadata": {"doc_id": "d2"}},
+            {
+                "content": "only text",
+                "score": 0.5,
+                "title": "d2",
+                "metadata": {"doc_id": "d2", "document_id": "d2"},
+            },
         ]
     }
     # The document's keys come first (in the map's own order), then the provenance keys in their order.

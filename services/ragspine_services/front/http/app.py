@@ -261,8 +261,14 @@ def build_app(
             )
         library = ""
         try:
-            deadline = parse_timeout(headers)
-            retrieve = dify.retrieve_request(_json(raw))
+            try:
+                deadline = parse_timeout(headers)
+                retrieve = dify.retrieve_request(_json(raw))
+            except CallError:
+                # The key first: Dify registers an endpoint by POSTing no body with the key and rejects
+                # the key only on a 403, so an unknown key must be a 403 whatever the body.
+                dify.check_key(auth, authorization)
+                raise
             library = retrieve.libraries[0]
             response = await call("Retrieve", servicer.Retrieve, retrieve, headers, deadline)
         except CallError as exc:

@@ -8,7 +8,11 @@ is the request's ``min_relevance``; a threshold of 0 or none leaves the server's
 so a question with nothing relevant gets ``{"records": []}``). Errors: ``{"error_code", "error_msg"}``
 with 1001 (the Authorization header is not ``Bearer <key>``), 1002 (the key is unknown or may not read
 the knowledge), 2001 (the knowledge does not exist); other failures keep the service's HTTP status with
-code 500x/400x.
+code 500x/400x. A malformed body (Dify's registration probe sends none) is a 400 only for a known key.
+
+Fields as Dify sends them: ``top_k`` and ``score_threshold`` may be null (the server's default, threshold
+off); condition values for the number operators may be numeric strings, for ``in``/``not in`` a
+comma-separated string, for ``before``/``after`` a Unix timestamp.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 import grpc
 
 from ragspine_services._gen import retrieval_pb2
+from ragspine_services.common.auth import Authenticator
+from ragspine_services.common.errors import UnauthenticatedError
 from ragspine_services.front.http.calls import CallError
 
 ERROR_BAD_AUTH_HEADER = 1001
@@ -30,15 +36,31 @@ ERROR_BAD_REQUEST = 4000
 ERROR_INTERNAL = 5000
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][0-9:.+\-Z]*)?$")
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _DATE_OPS = {"before", "after"}
-# Provenance the record's metadata carries besides the document's own metadata.
-PROVENANCE_KEYS = ("doc_id", "chunk_id", "source_locator", "library_id")
+# Dify's number operators (and their ASCII spellings): a value Dify sends as a string ("2021", from a
+# template variable or a text box) is the number it names.
+_NUMBER_OPS = {"=", "≠", ">", "<", "≥", "≤", "==", "!=", ">=", "<="}
+# Dify's list operators: a string value is a comma-separated list, as Dify's own filter reads it.
+_LIST_OPS = {"in", "not in"}
+# Provenance the record's metadata carries besides the document's own metadata. Dify cites an external
+# record by ``metadata["document_id"]`` (falling back to the title, which documents may share), so the
+# document's id is given under that name too.
+PROVENANCE_KEYS = ("doc_id", "chunk_id", "source_locator", "library_id", "document_id")
 
 
 def bad_header(authorization: str) -> bool:
     """True when ``authorization`` is not ``Bearer <key>`` (Dify error 1001)."""
     scheme, _, key = authorization.strip().partition(" ")
     return scheme.lower() != "bearer" or not key.strip()
+
+
+def check_key(auth: Authenticator, authorization: str) -> None:
+    """Raise ``CallError`` UNAUTHENTICATED (Dify error 1002) when ``auth`` does not know the key."""
+    try:
+        auth.authenticate({"authorization": authorization})
+    except UnauthenticatedError as exc:
+        raise CallError(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
 
 
 def _bad(message: str) -> CallError:
@@ -59,9 +81,16 @@ def _condition(i: int, raw: Any) -> list[retrieval_pb2.FilterCondition]:
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
         raise _bad(f"metadata_condition.conditions[{i}].name must be a field name (or a list of names)")
     out = []
+    key = " ".join(op.strip().lower().split())
+    value = raw.get("value")
+    if isinstance(value, str) and key in _NUMBER_OPS and _NUMBER.match(value.strip()):
+        value = float(value.strip())
+    elif isinstance(value, str) and key in _DATE_OPS and _NUMBER.match(value.strip()):
+        value = float(value.strip())  # a Unix timestamp, as Dify's date picker gives one
+    elif isinstance(value, str) and key in _LIST_OPS:
+        value = [v.strip() for v in value.split(",") if v.strip()]
     for name in names:
         cond = retrieval_pb2.FilterCondition(field=name, op=op)
-        value = raw.get("value")
         if value is None:
             pass  # empty / not empty take none; the filter says so for the others
         elif isinstance(value, bool):
@@ -75,7 +104,7 @@ def _condition(i: int, raw: Any) -> list[retrieval_pb2.FilterCondition]:
                 raise _bad(f"metadata_condition.conditions[{i}].value: a list holds strings or numbers")
             cond.list_value.values.extend(str(v) for v in value)
         elif isinstance(value, str):
-            if op.strip().lower() in _DATE_OPS and _DATE.match(value.strip()):
+            if key in _DATE_OPS and _DATE.match(value.strip()):
                 cond.date_value = value.strip()
             else:
                 cond.string_value = value
@@ -97,7 +126,15 @@ def retrieve_request(body: Any) -> retrieval_pb2.RetrieveRequest:
     setting = body.get("retrieval_setting") or {}
     if not isinstance(setting, Mapping):
         raise _bad("retrieval_setting must be an object {top_k, score_threshold}")
-    top_k, threshold = setting.get("top_k", 0), setting.get("score_threshold", 0.0)
+    # Dify sends what the dataset's retrieval model holds: top_k may be null (none set: the server's
+    # default) and score_threshold null or 0 when the threshold is off.
+    top_k, threshold = setting.get("top_k"), setting.get("score_threshold")
+    if top_k is None:
+        top_k = 0
+    elif isinstance(top_k, float) and top_k.is_integer():
+        top_k = int(top_k)
+    if threshold is None:
+        threshold = 0.0
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise _bad(f"retrieval_setting.top_k must be a non-negative integer, got {top_k!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
@@ -139,6 +176,7 @@ def _metadata(snippet: retrieval_pb2.Snippet) -> dict[str, Any]:
         ("chunk_id", snippet.chunk_id),
         ("source_locator", snippet.source_locator),
         ("library_id", snippet.library_id),
+        ("document_id", snippet.doc_id),
     ):
         if given and key not in meta:
             meta[key] = given
