@@ -7,13 +7,12 @@ had to be rewritten for PostgreSQL ('.', '-', upper case, long ids) come back ex
 
 from __future__ import annotations
 
-import hashlib
-import re
 import threading
 from typing import Any
 
 from ragspine.stores.pg_chunk_store import PgChunkStore
 from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector
+from ragspine.stores.schema_names import SCHEMA_PREFIX, library_schema
 
 try:
     import psycopg
@@ -23,12 +22,6 @@ except ModuleNotFoundError:  # pragma: no cover - exercised only without the ext
 
 __all__ = ["SCHEMA_PREFIX", "PgLibraryDirectory", "library_schema"]
 
-SCHEMA_PREFIX = "lib_"
-_MAX_IDENTIFIER = 63
-_HASH_HEX = 10
-# A rewritten id ends in "__<hash>"; a kept one may not contain "__", so the two forms never meet.
-_KEPT = re.compile(r"^[a-z0-9_]+$")
-_UNSAFE = re.compile(r"[^a-z0-9_]")
 _LIST = (
     "SELECT n.nspname, d.description FROM pg_namespace n"
     " JOIN pg_description d ON d.objoid = n.oid AND d.classoid = 'pg_namespace'::regclass AND d.objsubid = 0"
@@ -37,25 +30,6 @@ _LIST = (
 # '_' is a LIKE wildcard: escaped for the prefix scan; one schema is looked up by equality.
 _ALL = _LIST + r"n.nspname LIKE 'lib\_%'"
 _ONE = _LIST + "n.nspname = %s"
-
-
-def library_schema(library_id: str) -> str:
-    """The PostgreSQL schema of library ``library_id``: deterministic, and distinct ids get distinct names.
-
-    An id made only of lowercase letters, digits and single '_' that fits keeps its spelling
-    (``docs`` → ``lib_docs``). Anything else is lowercased, every other character becomes '_', and a hash
-    of the exact id is appended after a double underscore (``Team.A-1`` → ``lib_team_a_1__<10 hex>``),
-    shortening the readable part when the name would pass 63 bytes. Raises ``ValueError`` for an empty or
-    non-string id.
-    """
-    if not isinstance(library_id, str) or not library_id:
-        raise ValueError(f"library id must be a non-empty string, got {library_id!r}")
-    room = _MAX_IDENTIFIER - len(SCHEMA_PREFIX)
-    if _KEPT.match(library_id) and "__" not in library_id and len(library_id) <= room:
-        return SCHEMA_PREFIX + library_id
-    tag = "__" + hashlib.blake2b(library_id.encode("utf-8"), digest_size=8).hexdigest()[:_HASH_HEX]
-    readable = _UNSAFE.sub("_", library_id.lower())[: room - len(tag)]
-    return SCHEMA_PREFIX + readable + tag
 
 
 class PgLibraryDirectory:

@@ -9,9 +9,12 @@ its terms' postings plus a top-k selection.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:  # scipy is imported by the first search: a process without a sparse model never pays
+    import scipy.sparse as sp  # for it at start (importing scipy.sparse is most of a second on a busy host)
 
 
 class ImpactIndex:
@@ -102,6 +105,8 @@ class ImpactIndex:
 
     def _csr(self) -> sp.csr_matrix:
         if self._matrix is None:
+            import scipy.sparse as sp
+
             alive = np.asarray(self._alive, dtype=bool)
             lengths = np.fromiter((t.size for t in self._terms), dtype=np.int64, count=len(self._terms))
             slots = np.repeat(np.asarray(self._slots, dtype=np.int64), lengths)

@@ -57,8 +57,11 @@ log = logging.getLogger(__name__)
 _CATCH_UP_EVERY_S = 5.0
 # How often queries compare this process's models with the library's recorded vector spaces.
 _SPACE_CHECK_EVERY_S = 1.0
-# ``drain_step`` reads this many batches' worth of pending chunks at once and embeds them sorted by length.
-_DRAIN_WINDOW_BATCHES = 4
+# ``drain_step`` reads this many batches' worth of pending chunks at once and embeds them sorted by length:
+# a typical ingest's whole backlog (2,048 chunks at batch 32), so batches are cut from one sorted set and
+# the model pads little (965 chunks of SciFact's first 200 documents: 1.04 padded tokens per real token,
+# against 1.29 with a window of 4 batches).
+_DRAIN_WINDOW_BATCHES = 64
 
 
 def approx_tokens(text: str) -> int:

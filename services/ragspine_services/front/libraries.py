@@ -38,7 +38,7 @@ from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.retrieval.rerank.base import Reranker
 from ragspine.retrieval.visual.page_store import PageStore, VisualPageStore
 from ragspine.settings import Settings
-from ragspine.stores.pg_libraries import library_schema
+from ragspine.stores.schema_names import library_schema
 from ragspine_services.common import metrics
 from ragspine_services.common.errors import BackendUnavailableError, NotFoundError
 from ragspine_services.front.change_follower import ChangeFollower

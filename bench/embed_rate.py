@@ -1,0 +1,113 @@
+"""Model speed alone: the drainer's ONNX MiniLM against sentence-transformers on the same passages.
+
+The passages are the index texts of the first ``--limit`` SciFact documents, chunked in-process as ingest
+chunks them. Ours embeds them the way the drainer does (sorted by length, 32 passages per call, on the
+backend's main session); the peer is ``SentenceTransformer(<same MiniLM>).encode`` (batch 32, normalised,
+torch on every core). Rounds alternate which runs first; each line prints passages/s, the process CPU
+seconds the run took and the load average. This separates model speed from what the service adds
+(ingest, queries, storage) in ``bench/ingest_to_hybrid.py``.
+
+Usage: python bench/embed_rate.py [--data ../shared/data/scifact] [--limit 200] [--passages 300] [--rounds 3]
+Skips (exit 0, with a message) when the SciFact corpus is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def passages(corpus: Path, limit: int) -> list[str]:
+    """Index texts of the chunks of the first ``limit`` documents (RESTRICTED ones left out)."""
+    from ragspine.ingest import iter_beir_jsonl
+    from ragspine.retrieval.chunking.chunk_store import ChunkStore
+    from ragspine.retrieval.chunking.types import DocumentMeta
+    from ragspine.retrieval.constants import is_restricted
+    from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+
+    with tempfile.TemporaryDirectory(prefix="ragspine-embed-rate-") as tmp:
+        store = ChunkStore(Path(tmp) / "lib.sqlite")
+        try:
+            index = NarrativeIndex(store)
+            index.ingest_many(
+                (r.text, DocumentMeta(doc_id=r.doc_id, title=r.title))
+                for r in iter_beir_jsonl(corpus, limit=limit)
+            )
+            return [
+                index.retriever.index_text(c) for c in store.iter_chunks() if not is_restricted(c.sensitivity)
+            ]
+        finally:
+            store.close()
+
+
+def _timed(fn: Callable[[], object], count: int) -> tuple[float, float]:
+    """(passages/s, process CPU seconds) of one call of ``fn`` over ``count`` passages."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return count / (time.perf_counter() - wall), time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", default=str(SHARED / "scifact"), help="BEIR folder holding corpus.jsonl")
+    parser.add_argument("--limit", type=int, default=200, help="documents to chunk (default 200)")
+    parser.add_argument("--passages", type=int, default=300, help="passages embedded per run (default 300)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    args = parser.parse_args()
+    corpus = Path(args.data) / "corpus.jsonl"
+    if not corpus.is_file():
+        print(f"SciFact not found at {corpus}: skipping; pass --data or set RAGSPINE_SHARED_DATA")
+        return
+    texts = passages(corpus, args.limit)[: args.passages]
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from ragspine.models.dense import OnnxEmbeddingBackend
+    from ragspine.models.packaged import minilm_dir
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    peer = SentenceTransformer(str(minilm_dir()), device="cpu")
+    peer.max_seq_length = 256
+    ours = OnnxEmbeddingBackend(query_session=False)
+    ordered = sorted(texts, key=len)
+
+    def run_ours() -> None:
+        for start in range(0, len(ordered), 32):
+            ours.embed_texts(ordered[start : start + 32])
+
+    def run_peer() -> None:
+        peer.encode(texts, batch_size=32, normalize_embeddings=True)
+
+    runs = {"ours": run_ours, "sentence-transformers": run_peer}
+    ours.embed_texts(texts[:8])
+    peer.encode(texts[:8], batch_size=8)
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    print(f"{len(texts)} passages, {args.rounds} alternating rounds")
+    for i in range(args.rounds):
+        for name in list(runs) if i % 2 == 0 else list(runs)[::-1]:
+            rate, cpu = _timed(runs[name], len(texts))
+            rates[name].append(rate)
+            print(
+                f"round {i + 1} {name}: {rate:.1f} passages/s, CPU {cpu:.1f} s, load {os.getloadavg()[0]:.1f}"
+            )
+            sys.stdout.flush()
+    medians = {name: sorted(r)[len(r) // 2] for name, r in rates.items()}
+    print(
+        f"median passages/s: ours {medians['ours']:.1f}, sentence-transformers "
+        f"{medians['sentence-transformers']:.1f} = {medians['ours'] / medians['sentence-transformers']:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
