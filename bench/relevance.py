@@ -19,7 +19,7 @@ of the query's idf mass the snippet holds times the share of the query's terms t
 weighing the same, no vocabulary share).
 
 Usage: python bench/relevance.py [--data ../shared/data] [--modes lexical,hybrid] [--max-queries N]
-       [--calibrations vocab,idf]
+       [--calibrations vocab,idf] [--corpora scifact,financebench_pages,cmrc2018_dev]
 """
 
 from __future__ import annotations
@@ -118,6 +118,7 @@ def main() -> int:
     ap.add_argument("--modes", default="lexical,hybrid")
     ap.add_argument("--max-queries", type=int, default=None, help="cap per query set (CMRC has 3,219)")
     ap.add_argument("--thresholds", default=f"0.1,0.15,{DEFAULT_MIN_ANSWER_RELEVANCE},0.25,0.3")
+    ap.add_argument("--corpora", default="scifact,financebench_pages,cmrc2018_dev", help="corpora to ingest")
     ap.add_argument("--calibrations", default="vocab,idf", help="vocab (shipped), idf (before), flat")
     ap.add_argument("--json", action="store_true", help="one JSON line per row")
     args = ap.parse_args()
@@ -147,6 +148,8 @@ def main() -> int:
     for mode in args.modes.split(","):
         settings = MODES[mode]
         for corpus, language, sets in plan:
+            if corpus.name not in args.corpora.split(","):
+                continue
             if mode == "hybrid" and language == "zh":
                 # MiniLM reads no Chinese: the dense channel is skipped for zh queries (same as lexical).
                 continue
