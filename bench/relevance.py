@@ -13,10 +13,13 @@ cut is exactly that: relevance never rises down the answer, so a threshold keeps
 - off-topic: FinanceBench queries on SciFact, SciFact queries on FinanceBench pages: the share that return
   nothing.
 
-Two calibrations side by side: ``idf`` (lexical evidence = the share of the query's idf mass the snippet
-holds, the default) and ``flat`` (every query term weighing the same).
+Calibrations side by side (``--calibrations``): ``vocab`` (the shipped one: lexical evidence = the share
+of the query's idf mass the snippet holds times the share of the query's terms the library holds at all),
+``idf`` (the idf share alone, the calibration before the vocabulary share) and ``flat`` (every query term
+weighing the same, no vocabulary share).
 
 Usage: python bench/relevance.py [--data ../shared/data] [--modes lexical,hybrid] [--max-queries N]
+       [--calibrations vocab,idf] [--corpora scifact,financebench_pages,cmrc2018_dev]
 """
 
 from __future__ import annotations
@@ -70,9 +73,13 @@ def index_of(dataset: Any, settings: Settings, language: str = "") -> Iterator[N
 def relevances(index: NarrativeIndex, queries: list[tuple[str, str]], mode: str, calibration: str) -> dict:
     """query id → [(doc_id, relevance)] in answer order, every snippet kept."""
     pipeline = RetrievalPipeline([IndexLibrary("", index)]).with_stage(RelevanceStage(0.0), after="exit")
-    saved = relevance_module.library_idf
+    saved, saved_share = relevance_module.library_idf, relevance_module.vocabulary_share
     if calibration == "flat":
         relevance_module.library_idf = lambda *a, **k: None
+    elif calibration == "idf":
+        relevance_module.vocabulary_share = lambda *a, **k: 1.0
+    elif calibration != "vocab":
+        raise ValueError(f"unknown calibration {calibration!r} (vocab, idf or flat)")
     try:
         out = {}
         for qid, text in queries:
@@ -80,7 +87,7 @@ def relevances(index: NarrativeIndex, queries: list[tuple[str, str]], mode: str,
             out[qid] = [(s["doc_id"], s["relevance"]) for s in report.snippets]
         return out
     finally:
-        relevance_module.library_idf = saved
+        relevance_module.library_idf, relevance_module.vocabulary_share = saved, saved_share
 
 
 def in_domain(runs: dict, qrels: dict, threshold: float) -> dict[str, float]:
@@ -111,6 +118,8 @@ def main() -> int:
     ap.add_argument("--modes", default="lexical,hybrid")
     ap.add_argument("--max-queries", type=int, default=None, help="cap per query set (CMRC has 3,219)")
     ap.add_argument("--thresholds", default=f"0.1,0.15,{DEFAULT_MIN_ANSWER_RELEVANCE},0.25,0.3")
+    ap.add_argument("--corpora", default="scifact,financebench_pages,cmrc2018_dev", help="corpora to ingest")
+    ap.add_argument("--calibrations", default="vocab,idf", help="vocab (shipped), idf (before), flat")
     ap.add_argument("--json", action="store_true", help="one JSON line per row")
     args = ap.parse_args()
     thresholds = sorted({float(t) for t in args.thresholds.split(",")})
@@ -133,19 +142,21 @@ def main() -> int:
     if not args.json:
         print(f"service answer gate default: {DEFAULT_MIN_ANSWER_RELEVANCE}; top_k {TOP_K}; load {load()}")
         print(
-            f"{'corpus':<20}{'queries':<14}{'mode':<9}{'calib':<6}{'thr':>5} "
+            f"{'corpus':<20}{'queries':<14}{'mode':<9}{'calib':<7}{'thr':>5} "
             f"{'gate nDCG@10':>12} {'R@100':>7} {'cut nDCG@10':>11} {'R@100':>7} {'empty':>6}"
         )
     for mode in args.modes.split(","):
         settings = MODES[mode]
         for corpus, language, sets in plan:
+            if corpus.name not in args.corpora.split(","):
+                continue
             if mode == "hybrid" and language == "zh":
                 # MiniLM reads no Chinese: the dense channel is skipped for zh queries (same as lexical).
                 continue
             t0 = time.perf_counter()
             with index_of(corpus, settings, language) as index:
                 for name, queries, qrels in sets:
-                    for calibration in ("idf", "flat"):
+                    for calibration in args.calibrations.split(","):
                         runs = relevances(index, queries, mode if mode == "lexical" else "", calibration)
                         for t in [0.0, *thresholds]:
                             row: dict[str, Any] = {
@@ -170,7 +181,7 @@ def main() -> int:
                                     else " " * 40
                                 )
                                 print(
-                                    f"{corpus.name:<20}{name:<14}{mode:<9}{calibration:<6}{t:>5.2f} "
+                                    f"{corpus.name:<20}{name:<14}{mode:<9}{calibration:<7}{t:>5.2f} "
                                     f"{nd} {row['empty']:>6.3f}",
                                     flush=True,
                                 )

@@ -22,7 +22,16 @@ from ragspine.retrieval.pipeline import (
     RetrieveRequest,
     RetrieverLibrary,
 )
-from ragspine.retrieval.pipeline.relevance import library_idf, query_coverage, query_terms
+from ragspine.retrieval.pipeline.relevance import (
+    DEFAULT_MIN_ANSWER_RELEVANCE,
+    UNSEEN_PROBE,
+    VOCABULARY_FULL_DOCS,
+    VOCABULARY_MIN_DOCS,
+    library_idf,
+    query_coverage,
+    query_terms,
+    vocabulary_share,
+)
 
 DOCS = [
     ("gut", "Gut microbiota composition shifts after antibiotic treatment in mice."),
@@ -137,3 +146,103 @@ def test_a_raptor_summary_is_scored_by_its_cosine_and_its_words() -> None:
     state = PipelineState(request=request, query=request.query, sources=[], snippets=[summary])
     RelevanceStage(min_answer_relevance=0.5).run(state)
     assert [s["relevance"] for s in state.snippets] == [pytest.approx(2 / 3, abs=1e-6)]  # "swap" ≠ "swaps"
+
+
+def test_vocabulary_share_counts_the_query_terms_the_library_holds() -> None:
+    terms = query_terms("stellate revenue dividend mice")
+    unseen = bm25_idf(0, 5000)  # a library of 5,000 documents: its vocabulary counts in full
+    idf = {"stellate": 5.0, "revenue": unseen, "dividend": unseen, "mice": 0.1, UNSEEN_PROBE: unseen}
+    assert vocabulary_share(terms, idf) == pytest.approx(0.5)  # "revenue" and "dividend": never used
+    assert vocabulary_share(terms, {k: v for k, v in idf.items() if k != UNSEEN_PROBE}) == 1.0
+    assert vocabulary_share(terms, None) == 1.0  # no statistics: no evidence either way
+    assert vocabulary_share(frozenset(), idf) == 1.0
+    assert UNSEEN_PROBE not in query_terms(f"a{UNSEEN_PROBE}b")  # the tokenizer never emits the probe
+
+
+def test_a_small_librarys_vocabulary_counts_less() -> None:
+    terms = query_terms("battery life long")
+
+    def share(docs: int) -> float:
+        unseen = bm25_idf(0, docs)
+        return vocabulary_share(terms, {"battery": bm25_idf(1, docs), "life": unseen, UNSEEN_PROBE: unseen})
+
+    assert share(4) == share(VOCABULARY_MIN_DOCS) == 1.0  # a handful of documents: no evidence
+    assert share(VOCABULARY_FULL_DOCS) == pytest.approx(1 / 3)
+    assert share(100_000) == pytest.approx(1 / 3)
+    assert 1.0 > share(50) > share(200) > share(800) > 1 / 3  # log-linear in between
+    assert share(100) == pytest.approx(1 - (2 / 3) * 0.5, abs=1e-3)
+
+
+def filler(n: int) -> list[tuple[str, str]]:
+    """``n`` lab-log documents: a library large enough that its vocabulary counts in full."""
+    kinds = ["colony", "cage", "diet", "weight", "litter", "strain", "sample", "assay"]
+    return [
+        (f"log-{i}", f"Log {i}: {kinds[i % 8]} check for the {kinds[(i * 3) % 8]} of mice.") for i in range(n)
+    ]
+
+
+@pytest.fixture()
+def large_index(tmp_path: Path) -> Iterator[NarrativeIndex]:
+    store = ChunkStore(tmp_path / "large.db")
+    idx = NarrativeIndex(store)
+    docs = DOCS + filler(VOCABULARY_FULL_DOCS)
+    idx.ingest_many((text, DocumentMeta(doc_id=d, title="")) for d, text in docs)
+    yield idx
+    store.close()
+
+
+def test_library_idf_carries_the_idf_of_a_word_no_document_holds(large_index: NarrativeIndex) -> None:
+    request = RetrieveRequest("stellate quarterly", mode="lexical")
+    state = PipelineState(request=request, query=request.query, sources=[IndexLibrary("", large_index)])
+    idf = library_idf(state, "", query_terms(request.query))
+    n = len(DOCS) + VOCABULARY_FULL_DOCS
+    assert idf is not None
+    assert idf[UNSEEN_PROBE] == pytest.approx(bm25_idf(0, n)) == idf["quarterly"]
+    assert idf["stellate"] == pytest.approx(bm25_idf(1, n))
+    assert vocabulary_share(query_terms(request.query), idf) == 0.5
+
+
+# One rare word of the library ("stellate") among words none of its documents uses: its idf share alone is
+# about 0.22, above the service's default gate, yet the library speaks a quarter of the question.
+WRONG_LIBRARY = "stellate revenue dividend forecast"
+
+
+def _gated(index: NarrativeIndex, query: str) -> Any:
+    return _run(index, query, RelevanceStage(min_answer_relevance=DEFAULT_MIN_ANSWER_RELEVANCE))
+
+
+def test_a_question_mostly_in_words_the_library_never_uses_is_gated(large_index: NarrativeIndex) -> None:
+    plain = _run(large_index, WRONG_LIBRARY)
+    assert plain.snippets[0]["doc_id"] == "liver"
+    terms = query_terms(WRONG_LIBRARY)
+    state = PipelineState(
+        request=RetrieveRequest(WRONG_LIBRARY), query=WRONG_LIBRARY, sources=[IndexLibrary("", large_index)]
+    )
+    idf = library_idf(state, "", terms)
+    coverage = query_coverage(terms, plain.snippets[0]["text"], idf)
+    assert coverage > DEFAULT_MIN_ANSWER_RELEVANCE  # the idf share alone would let it through the gate
+    assert plain.snippets[0]["relevance"] == pytest.approx(coverage * 0.25, abs=1e-6)
+    assert _gated(large_index, WRONG_LIBRARY).snippets == []
+    # A question in the library's words keeps its full relevance and its answer.
+    kept = _gated(large_index, "stellate cell activation in mice")
+    assert kept.snippets and kept.snippets[0]["relevance"] == 1.0
+
+
+def test_a_four_document_librarys_vocabulary_says_nothing(index: NarrativeIndex) -> None:
+    top = _run(index, WRONG_LIBRARY).snippets[0]
+    terms = query_terms(WRONG_LIBRARY)
+    state = PipelineState(
+        request=RetrieveRequest(WRONG_LIBRARY), query=WRONG_LIBRARY, sources=[IndexLibrary("", index)]
+    )
+    idf = library_idf(state, "", terms)
+    assert idf is not None and vocabulary_share(terms, idf) == 1.0
+    assert top["relevance"] == pytest.approx(query_coverage(terms, top["text"], idf), abs=1e-6)
+
+
+def test_reverse_proof_without_the_vocabulary_share_the_wrong_library_answers(
+    large_index: NarrativeIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragspine.retrieval.pipeline import relevance
+
+    monkeypatch.setattr(relevance, "vocabulary_share", lambda *a, **k: 1.0)  # the idf share alone
+    assert _gated(large_index, WRONG_LIBRARY).snippets  # so the gating test above would fail on it

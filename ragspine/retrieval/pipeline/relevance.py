@@ -9,7 +9,13 @@ Raw fused scores (RRF) only order one answer; they say nothing about whether the
   BM25 idf of the query's content terms found in the snippet over the summed idf of all of them, with the
   idf of the library that answered (a word the library never saw weighs the most). One rare shared word
   out of five content words is weak evidence; all of a query's words, however common, are full evidence.
-  Without the library's statistics (an external index) every term weighs the same. 0 when BM25 found no
+  That share is multiplied by the library's vocabulary share of the query (:func:`vocabulary_share`):
+  the share of the query's content terms that any document of the library holds. A question asked of the
+  wrong library is mostly made of words that library never uses ("FY2019", "capex", "EBITDA" against
+  biomedical abstracts); the few it shares are common ones, and coverage alone rewards a snippet holding
+  them. A small library's vocabulary is small, so the missing share counts by the library's size: not at
+  all below 10 documents, in full from 1,000 (log-linear in between). Without the library's statistics
+  (an external index) every term weighs the same and the vocabulary share is 1. 0 when BM25 found no
   query term. Dense: ``clip((cosine - DENSE_FLOOR) / DENSE_SPAN, 0, 1)`` (cosines at or below the floor
   are what unrelated texts score with sentence embedders); sparse counts as lexical. A RAPTOR summary
   (``raptor`` score: its cosine) gets both: dense from that cosine, lexical from its text.
@@ -121,6 +127,37 @@ def query_coverage(terms: frozenset[str], text: str, idf: Mapping[str, float] | 
     return sum(idf.get(t, 0.0) for t in found) / total
 
 
+# A token BM25's tokenizer never emits (it splits on whitespace), so no document holds it: the idf a library
+# gives it is the idf of a word it never saw.
+UNSEEN_PROBE = " "
+
+
+# A small library's vocabulary is small: that it never uses a word says little below VOCABULARY_MIN_DOCS
+# documents and counts in full from VOCABULARY_FULL_DOCS on (log-linear in between).
+VOCABULARY_MIN_DOCS = 10
+VOCABULARY_FULL_DOCS = 1000
+
+
+def vocabulary_share(terms: frozenset[str], idf: Mapping[str, float] | None) -> float:
+    """Share of the query's content ``terms`` that the library holds at all: those whose idf is below the
+    library's idf for a word no document holds (``idf[UNSEEN_PROBE]``, as :func:`library_idf` returns it).
+
+    The missing share counts by the library's size (read back from that idf, ``ln(2N + 2)`` for N
+    documents): not at all below ``VOCABULARY_MIN_DOCS`` documents, in full from ``VOCABULARY_FULL_DOCS``.
+    1.0 without statistics (no ``idf`` or no probe in it) and for no terms."""
+    if not terms or idf is None or UNSEEN_PROBE not in idf:
+        return 1.0
+    unseen = idf[UNSEEN_PROBE]
+    held = sum(1 for t in terms if idf.get(t, unseen) < unseen) / len(terms)
+    docs = math.exp(min(unseen, 50.0)) / 2.0 - 1.0
+    if docs <= VOCABULARY_MIN_DOCS:
+        return 1.0
+    weight = min(
+        1.0, math.log(docs / VOCABULARY_MIN_DOCS) / math.log(VOCABULARY_FULL_DOCS / VOCABULARY_MIN_DOCS)
+    )
+    return 1.0 - (1.0 - held) * weight
+
+
 def calibrated_relevance(scores: Mapping[str, Any], *, rank: int = 0, coverage: float = 1.0) -> float:
     """The 0-1 relevance of one snippet from its ``scores`` dict (see the module docstring); ``coverage``
     is :func:`query_coverage` of the snippet (scales the lexical evidence)."""
@@ -174,7 +211,8 @@ class RelevanceStage:
                 if library not in weights:
                     weights[library] = library_idf(state, library, terms)
                 text = f"{snippet.get('title') or ''}\n{snippet.get('text') or ''}"
-                coverage = query_coverage(terms, text, weights[library])
+                idf = weights[library]
+                coverage = query_coverage(terms, text, idf) * vocabulary_share(terms, idf)
             # Rounded before the comparison: the threshold applies to the number the caller sees.
             value = round(min(ceiling, calibrated_relevance(scores, rank=rank, coverage=coverage)), 6)
             ceiling = value
@@ -191,7 +229,8 @@ class RelevanceStage:
 
 def library_idf(state: PipelineState, library_id: str, terms: frozenset[str]) -> Mapping[str, float] | None:
     """BM25 idf of ``terms`` in the searched library ``library_id`` (the only one when snippets carry no
-    library id), from the index that answered; None when that index keeps no lexical statistics here."""
+    library id), from the index that answered, plus ``UNSEEN_PROBE``'s (the idf of a word no document
+    holds; see :func:`vocabulary_share`); None when that index keeps no lexical statistics here."""
     if not terms:
         return None
     sources = [s for s in state.sources if s.library_id == library_id]
@@ -207,7 +246,7 @@ def library_idf(state: PipelineState, library_id: str, terms: frozenset[str]) ->
     if term_idf is None:
         return None
     try:
-        found = term_idf(sorted(terms))
+        found = term_idf([*sorted(terms), UNSEEN_PROBE])
     except Exception:  # the statistics are a refinement: never fail the answer over them
         return None
     return found if isinstance(found, Mapping) else None
