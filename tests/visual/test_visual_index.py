@@ -81,6 +81,7 @@ class _ScoresRestricted(VisualPageIndex):
                     StoredPage(r.doc_id, r.page, r.locator, "", r.sensitivity, encoder="x", vectors=vectors)
                 )
         self._padded = None
+        self._matrix = None
         return written
 
 

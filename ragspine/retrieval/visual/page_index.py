@@ -17,12 +17,22 @@ import numpy as np
 
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.visual.encoders import VisualEncoder
-from ragspine.retrieval.visual.maxsim import maxsim_scores, pad_pages
+from ragspine.retrieval.visual.maxsim import _cuda_available, maxsim_scores, pad_pages
+from ragspine.retrieval.visual.page_matrix import MatrixView, PageMatrix
 from ragspine.retrieval.visual.page_store import PageStore, StoredPage
 from ragspine.retrieval.visual.pages import PageRecord
 
 Scorer = Callable[..., np.ndarray]
 PagePredicate = Callable[[StoredPage], bool]
+
+
+def _each_page_alone(query: np.ndarray, blocks: list[np.ndarray]) -> np.ndarray:
+    # One plain MaxSim per page: a page's score then depends on nothing but the query and its own vectors
+    # (not on its place in a batch nor on how wide the batch is padded), so identical pages tie exactly
+    # whichever other pages are scored with them.
+    return np.array(
+        [maxsim_scores(query, block[None], device="cpu")[0] for block in blocks], dtype=np.float32
+    ).reshape(len(blocks))
 
 
 @dataclass(frozen=True)
@@ -40,11 +50,18 @@ class VisualPageIndex:
     """Late-interaction page retrieval over ``store`` with ``encoder``.
 
     ``scorer`` is the MaxSim function (``maxsim_scores`` by default; injectable for tests and for a
-    remote scorer). ``device`` is passed to the scorer. ``cache_dtype`` is the in-memory copy scored per
-    query: ``float16`` (default, ``pages x max_vectors x dim x 2`` bytes) or ``float32`` (twice the memory,
-    no per-query conversion; about 3x faster MaxSim on a CPU). Raises ``ValueError`` for another
-    cache dtype, or when the store already holds pages embedded by a different encoder (mixing embedding
-    spaces would rank silently wrong).
+    remote scorer). ``device`` is passed to the scorer. ``cache_dtype`` is the precision of the in-memory
+    copy scored per query: ``float16`` (default; vectors are rounded to float16, which is exact for the
+    default float16 store) or ``float32``.
+
+    With the default scorer on the CPU (``device="cpu"``, or ``"auto"`` without CUDA) the copy is a
+    ``PageMatrix``: every page's vectors stacked unpadded in one float32 array, ``n_vectors x dim x 4``
+    bytes per page (plus up to half that in spare capacity after appends), built once after a write and
+    extended in place when a write only adds pages; a query is then one matrix product and a segmented
+    max, with no conversion. Otherwise (an injected scorer, or CUDA) the copy is padded,
+    ``pages x max_vectors x dim`` in ``cache_dtype``, and handed to the scorer. Raises ``ValueError`` for
+    another cache dtype, or when the store already holds pages embedded by a different encoder (mixing
+    embedding spaces would rank silently wrong).
     """
 
     def __init__(
@@ -66,6 +83,9 @@ class VisualPageIndex:
         self._lock = threading.Lock()
         self._pages: list[StoredPage] = []
         self._padded: tuple[np.ndarray, np.ndarray] | None = None
+        # The float32 scoring matrix (CPU path): its pages, row for row, and the matrix itself.
+        self._matrix: tuple[list[StoredPage], PageMatrix] | None = None
+        self._on_cpu: bool | None = None
         self.last_dropped_restricted = 0
         self._reload()
 
@@ -80,6 +100,7 @@ class VisualPageIndex:
         with self._lock:
             self._pages = pages
             self._padded = None
+            self._matrix = None
 
     def __len__(self) -> int:
         return len(self._pages)
@@ -113,13 +134,56 @@ class VisualPageIndex:
             kept = [p for p in self._pages if (p.library, p.doc_id, p.page) not in replaced]
             self._pages = sorted([*kept, *fresh], key=lambda p: (p.library, p.doc_id, p.page))
             self._padded = None
+            self._extend_matrix(replaced, fresh)
         return written
+
+    def _extend_matrix(self, replaced: set[tuple[str, str, int]], fresh: list[StoredPage]) -> None:
+        # Called under the lock. Replaced pages leave the matrix (one compaction), fresh ones are appended;
+        # a matrix not built yet is left for the first search to build.
+        if self._matrix is None:
+            return
+        pages, matrix = self._matrix
+        stale = [i for i, p in enumerate(pages) if (p.library, p.doc_id, p.page) in replaced]
+        if stale:
+            gone = set(stale)
+            keep = [i for i in range(len(pages)) if i not in gone]
+            matrix.keep(keep)
+            pages = [pages[i] for i in keep]
+        try:
+            matrix.append([p.vectors for p in fresh])
+        except ValueError:
+            self._matrix = None  # a page of another width: let the next search rebuild and report it
+            return
+        self._matrix = ([*pages, *fresh], matrix)
 
     def remove_doc(self, doc_id: str, *, library: str | None = None) -> int:
         """Drop every page of ``doc_id`` from the store and the index; returns the pages removed."""
         removed = self.store.delete_doc(doc_id, library=library)
         self._reload()
         return removed
+
+    def _uses_matrix(self) -> bool:
+        if self._scorer is not maxsim_scores:
+            return False
+        if self._on_cpu is None:
+            name = (self._device or "auto").strip().lower()
+            self._on_cpu = name == "cpu" or (name == "auto" and not _cuda_available())
+        return self._on_cpu
+
+    def _matrix_snapshot(self) -> tuple[list[StoredPage], MatrixView]:
+        with self._lock:
+            if self._matrix is None:
+                pages = list(self._pages)
+                widths = {int(p.vectors.shape[1]) for p in pages}
+                if len(widths) != 1:
+                    raise ValueError(
+                        f"pages have different vector widths {sorted(widths)}; one encoder per index"
+                    )
+                matrix = PageMatrix(widths.pop(), value_dtype=self._cache_dtype)
+                matrix.append([p.vectors for p in pages])
+                self._matrix = (pages, matrix)
+            pages, matrix = self._matrix
+            return pages, matrix.snapshot()
 
     def _snapshot(self) -> tuple[list[StoredPage], np.ndarray, np.ndarray]:
         # Pages and their padded vectors are taken together so a concurrent add_pages cannot pair one
@@ -155,17 +219,33 @@ class VisualPageIndex:
             raise ValueError("allowed must be a collection of page locators or a predicate, not one string")
         if not self._pages:
             return []
-        pages, vectors, mask = self._snapshot()  # vectors (n, p, d), mask (n, p)
-        candidates = self._candidates(pages, allowed)
-        if not candidates:
-            return []
-        query_vecs = self.encoder.embed_queries([query])[0]  # (q, d)
-        if len(candidates) < len(pages):
-            index = np.asarray(candidates)
-            vectors, mask = vectors[index], mask[index]
-        scores: Any = self._scorer(query_vecs, vectors, mask, device=self._device)
+        scores: Any
+        if self._uses_matrix():
+            pages, view = self._matrix_snapshot()
+            candidates = self._candidates(pages, allowed)
+            if not candidates:
+                return []
+            query_vecs = self.encoder.embed_queries([query])[0]  # (q, d)
+            # Fast float32 scores narrow to the pages that can make the top k; those are scored by the
+            # plain computation one page at a time, so ranks and scores are those of maxsim_scores.
+            subset = None if len(candidates) == len(pages) else candidates
+            keep, exact = view.top_k(query_vecs, k, subset, _each_page_alone)
+            candidates = [candidates[int(j)] for j in keep]
+            scores = exact
+        else:
+            pages, vectors, mask = self._snapshot()  # vectors (n, p, d), mask (n, p)
+            candidates = self._candidates(pages, allowed)
+            if not candidates:
+                return []
+            query_vecs = self.encoder.embed_queries([query])[0]  # (q, d)
+            if len(candidates) < len(pages):
+                index = np.asarray(candidates)
+                vectors, mask = vectors[index], mask[index]
+            scores = self._scorer(query_vecs, vectors, mask, device=self._device)
+        # Ties go by locator, then library (the order of the sorted page list, whatever the matrix order).
         ranked = sorted(
-            range(len(candidates)), key=lambda j: (-float(scores[j]), pages[candidates[j]].locator)
+            range(len(candidates)),
+            key=lambda j: (-float(scores[j]), pages[candidates[j]].locator, pages[candidates[j]].library),
         )
         leads = []
         for j in ranked[:k]:
