@@ -124,6 +124,27 @@ def format_traceparent(span_context: Any) -> str:
     return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{int(span_context.trace_flags):02x}"
 
 
+_OTEL: Any = None
+
+
+def _otel() -> Any:
+    """The OpenTelemetry API pieces ``parent_context`` uses, imported once (the API package is optional:
+    nothing here imports it until tracing runs)."""
+    global _OTEL
+    if _OTEL is None:
+        from opentelemetry import trace
+        from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+        _OTEL = (
+            trace.set_span_in_context,
+            NonRecordingSpan,
+            SpanContext,
+            (TraceFlags(TraceFlags.DEFAULT), TraceFlags(TraceFlags.SAMPLED)),
+            TraceState.from_header,
+        )
+    return _OTEL
+
+
 def parent_context(metadata: Sequence[tuple[str, Any]]) -> Any:
     """The OpenTelemetry context whose current span is the remote parent named by a ``traceparent``
     entry of ``metadata``, or None (no entry, or a malformed / invalid one: the call starts a new trace)."""
@@ -136,22 +157,23 @@ def parent_context(metadata: Sequence[tuple[str, Any]]) -> Any:
     if not isinstance(header, str):
         return None
     match = _TRACEPARENT_RE.fullmatch(header.strip().lower())
-    if match is None or match.group(1) == "ff" or (match.group(1) == "00" and match.group(5)):
+    if match is None:
         return None
-    trace_id, span_id = int(match.group(2), 16), int(match.group(3), 16)
+    version, trace_hex, span_hex, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
     if not trace_id or not span_id:
         return None
-    from opentelemetry import trace
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
-
+    in_context, NonRecordingSpan, SpanContext, trace_flags, trace_state = _otel()
     span_context = SpanContext(
         trace_id,
         span_id,
-        is_remote=True,
-        trace_flags=TraceFlags(int(match.group(4), 16) & TraceFlags.SAMPLED),
-        trace_state=TraceState.from_header([state]) if isinstance(state, str) else None,
+        True,  # is_remote
+        trace_flags[int(flags, 16) & 1],
+        trace_state([state]) if isinstance(state, str) else None,
     )
-    return trace.set_span_in_context(NonRecordingSpan(span_context))
+    return in_context(NonRecordingSpan(span_context))
 
 
 def _rpc_attributes(method: str, code: int = 0) -> dict[str, Any]:
