@@ -99,9 +99,8 @@ def test_a_local_child_reads_its_parent_without_building_span_contexts() -> None
     sink = Sink()
     provider = LeanTracerProvider(sink)
     tracer = provider.get_tracer("t")
-    with tracer.start_as_current_span("request") as request:
-        with tracer.start_as_current_span("stage") as stage:
-            tracer.start_span("leaf").end()
+    with tracer.start_as_current_span("request") as request, tracer.start_as_current_span("stage") as stage:
+        tracer.start_span("leaf").end()
     provider.shutdown()
     leaf = next(s for s in sink.spans if s.name == "leaf")
     assert isinstance(request, LeanSpan) and isinstance(stage, LeanSpan)
