@@ -308,8 +308,8 @@ class BatchExporter:
     """Bounded queue of ended spans, sent by one background thread in batches through ``sink``.
 
     The defaults (every 2 s, or as soon as 2,048 spans wait) let the thread run rarely and send big
-    batches: a batch costs the thread about 80 µs on top of its spans (the gRPC call), and every wake-up
-    takes the GIL from the request threads once more."""
+    batches: a batch costs the thread some tens of µs on top of its spans (the gRPC call), and every
+    wake-up takes the GIL from the request threads once more."""
 
     def __init__(
         self, sink: Sink, *, schedule_s: float = 2.0, max_batch: int = 2048, max_queue: int = 8192

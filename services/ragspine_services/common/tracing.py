@@ -333,7 +333,8 @@ class TracedChannel(grpc.Channel):
     """``channel`` whose unary-unary calls (blocking, ``with_call`` or ``future``) each get a CLIENT span,
     its context sent as ``traceparent``: what :class:`TracingClientInterceptor` does through
     ``grpc.intercept_channel``, without gRPC's per-call interceptor machinery (call details, continuation
-    and outcome objects: about 14 µs of CPU per call, more than the span itself). The span's name and
+    and outcome objects: a no-op interceptor alone added 14 µs of the caller's CPU per call in one
+    measurement, several times a span's cost). The span's name and
     attributes are fixed when the method's callable is made; other kinds of calls pass through."""
 
     def __init__(self, channel: grpc.Channel, tracer: Any) -> None:
