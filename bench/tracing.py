@@ -324,8 +324,82 @@ def _micro(n: int = 20000) -> dict[str, float]:
         )
     finally:
         sink.close()
+    rows.update(_export_per_span(batch))
+    rows.update(_client_call_us(tracer, ended))
     context_api.detach(root_token)
     return rows
+
+
+def _export_per_span(spans: list[Any], total: int = 8192) -> dict[str, float]:
+    """The export thread's CPU per span (``time.thread_time``: encoding, the gRPC call, freeing the batch)
+    sending ``total`` spans to an in-process collector in batches of 128, 512 and 2048: what a batch costs
+    on top of its spans, i.e. why few big batches beat many small ones."""
+    from ragspine_services.common.lean_trace import OtlpGrpcSink
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Sink(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    sink = OtlpGrpcSink(f"http://127.0.0.1:{port}", "bench")
+    rows = {}
+    try:
+        sink(spans[:8])  # connect
+        for size in (128, 512, 2048):
+            batch = (spans * (size // len(spans) + 1))[:size]
+            started = time.thread_time()
+            for _ in range(total // size):
+                sink(list(batch))
+            rows[f"OTLP export per span, batches of {size} (thread CPU) us"] = (
+                (time.thread_time() - started) / total * 1e6
+            )
+    finally:
+        sink.close()
+        server.stop(0)
+    return rows
+
+
+def _client_call_us(tracer: Any, ended: list[Any], calls: int = 300, rounds: int = 10) -> dict[str, float]:
+    """Caller-thread CPU (``time.thread_time``) of one small unary call to an in-process server over a
+    plain channel, the same channel through ``grpc.intercept_channel`` with the tracing interceptor, and
+    through ``TracedChannel`` (the caller's span is current and sampled, so each call records a client
+    span); alternating rounds, the median per form, and the two added costs."""
+    from ragspine_services.common.tracing import TracedChannel, TracingClientInterceptor
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Sink(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    forms = {
+        "plain": channel,
+        "intercept_channel": grpc.intercept_channel(channel, TracingClientInterceptor(tracer)),
+        "TracedChannel": TracedChannel(channel, tracer),
+    }
+    stubs = {name: trace_service_pb2_grpc.TraceServiceStub(ch) for name, ch in forms.items()}
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    per_call: dict[str, list[float]] = {name: [] for name in stubs}
+    try:
+        for stub in stubs.values():
+            stub.Export.future(request).result()
+        names = list(stubs)
+        for r in range(rounds):
+            for name in names[r % 3 :] + names[: r % 3]:
+                export = stubs[name].Export
+                started = time.thread_time()
+                for _ in range(calls):
+                    export.future(request, timeout=5).result()
+                per_call[name].append((time.thread_time() - started) / calls * 1e6)
+            ended.clear()
+    finally:
+        channel.close()
+        server.stop(0)
+    medians = {name: statistics.median(values) for name, values in per_call.items()}
+    return {
+        "worker-style call (future), plain channel, caller thread us": medians["plain"],
+        "  added by intercept_channel + interceptor (span recorded) us": medians["intercept_channel"]
+        - medians["plain"],
+        "  added by TracedChannel (span recorded) us": medians["TracedChannel"] - medians["plain"],
+    }
 
 
 class _MicroProvider(trace.TracerProvider):

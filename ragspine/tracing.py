@@ -19,8 +19,10 @@ except ModuleNotFoundError:  # pragma: no cover - exercised where the service ex
     _context = None  # type: ignore[assignment]
 
 _TRACER_NAME = "ragspine"
-# A proxy until a provider is installed, then the provider's tracer (resolved once, on first use).
+# A proxy until a provider is installed; replaced by the provider's own tracer at the first traced stage
+# (the proxy would otherwise forward every start_span call).
 _TRACER: Any = _trace.get_tracer(_TRACER_NAME) if _trace is not None else None
+_PROXY: Any = _TRACER
 
 
 def tracing_active() -> bool:
@@ -31,19 +33,22 @@ def tracing_active() -> bool:
 
 class _StageSpan:
     """The context manager ``stage_span`` returns for a traced request (a class, not a generator: the
-    pipeline opens one per stage of every traced request)."""
+    pipeline opens one per stage of every traced request). The span's parent is the context current when
+    ``stage_span`` was called (read once, for both the sampling check and the span)."""
 
-    __slots__ = ("_attributes", "_name", "_span", "_token")
+    __slots__ = ("_attributes", "_name", "_parent", "_span", "_token")
 
-    def __init__(self, name: str, attributes: dict[str, Any] | None) -> None:
+    def __init__(self, name: str, attributes: dict[str, Any] | None, parent: Any) -> None:
         self._name = name
         self._attributes = attributes
+        self._parent = parent
         self._span: Any = None
         self._token: Any = None
 
     def __enter__(self) -> Any:
-        span = self._span = _TRACER.start_span(self._name, attributes=self._attributes)
-        self._token = _context.attach(_trace.set_span_in_context(span))
+        parent = self._parent
+        span = self._span = _TRACER.start_span(self._name, context=parent, attributes=self._attributes)
+        self._token = _context.attach(_trace.set_span_in_context(span, parent))
         return span
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
@@ -63,10 +68,17 @@ _UNTRACED: AbstractContextManager[Any] = nullcontext()
 def stage_span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
     """A span named ``ragspine.<name>`` around one pipeline stage (attributes: str / int / float / bool),
     inside the request's span; nothing (the context manager yields None) when the request is not traced
-    (no provider, or not sampled).
+    (no provider, or not sampled). Use it directly in a ``with`` statement: the span's parent is the
+    context current at this call.
 
     Never put document text or a query in an attribute: traces leave the front."""
-    if _trace is None or not _trace.get_current_span().is_recording():
+    global _TRACER
+    if _trace is None:
+        return _UNTRACED
+    current = _context.get_current()
+    if not _trace.get_current_span(current).is_recording():
         # No tracing, or this request is not sampled: no span object at all.
         return _UNTRACED
-    return _StageSpan(f"ragspine.{name}", attributes or None)
+    if _TRACER is _PROXY:  # a provider is set up by now (a span records): use its tracer directly
+        _TRACER = _trace.get_tracer_provider().get_tracer(_TRACER_NAME)
+    return _StageSpan(f"ragspine.{name}", attributes or None, current)

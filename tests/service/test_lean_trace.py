@@ -95,6 +95,27 @@ def test_current_span_nesting_and_an_exception_keeps_only_its_type() -> None:
     assert by_name["inner"].status_code is StatusCode.UNSET
 
 
+def test_a_local_child_reads_its_parent_without_building_span_contexts() -> None:
+    sink = Sink()
+    provider = LeanTracerProvider(sink)
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("request") as request, tracer.start_as_current_span("stage") as stage:
+        tracer.start_span("leaf").end()
+    provider.shutdown()
+    leaf = next(s for s in sink.spans if s.name == "leaf")
+    assert isinstance(request, LeanSpan) and isinstance(stage, LeanSpan)
+    # Nothing asked for a SpanContext so far: none was built, the ids were read from the spans.
+    assert (request._context, stage._context, leaf._context) == (None, None, None)
+    assert (leaf.trace_id, leaf.parent_span_id) == (request.trace_id, stage.span_id)
+    assert stage.parent_span_id == request.span_id and request.parent_span_id == 0
+    # The API's view is unchanged: parent and own contexts, sampled and local.
+    assert leaf.parent == stage.get_span_context() and stage.parent == request.get_span_context()
+    assert request.parent is None
+    context = leaf.get_span_context()
+    assert (context.trace_id, context.span_id) == (request.trace_id, leaf.span_id)
+    assert context.trace_flags.sampled and not context.is_remote and context is leaf.get_span_context()
+
+
 def test_a_shared_attribute_mapping_is_never_written_to() -> None:
     shared: dict[str, Any] = {"rpc.method": "Retrieve", "rpc.grpc.status_code": 0}
     provider = LeanTracerProvider(Sink())
@@ -302,6 +323,9 @@ def test_the_wire_encoder_writes_the_message_the_generated_classes_build() -> No
             wire = otlp.serialize(spans)
             assert ExportTraceServiceRequest.FromString(wire) == expected
         assert ExportTraceServiceRequest.FromString(otlp.serialize(spans[:1])) == otlp.encode(spans[:1])
+        # Spans of two traces interleaved (the trace id field is reused only for the same trace).
+        mixed = [spans[-1], spans[0], spans[-1], spans[1], spans[2]]
+        assert ExportTraceServiceRequest.FromString(otlp.serialize(mixed)) == otlp.encode(mixed)
         # Reverse proof: the comparison notices a change of one byte inside a span's end time.
         end = spans[0].end_ns.to_bytes(8, "little")
         assert wire.count(end) == 1

@@ -22,6 +22,7 @@ from opentelemetry.trace import SpanKind, StatusCode, get_current_span
 from ragspine_services.common import tracing
 from ragspine_services.common.lean_trace import LeanSpan, LeanTracerProvider
 from ragspine_services.common.tracing import (
+    TracedChannel,
     TracingClientInterceptor,
     TracingServerInterceptor,
     format_traceparent,
@@ -82,9 +83,21 @@ def _finished(provider: LeanTracerProvider, sink: Sink) -> list[LeanSpan]:
     return list(sink.spans)
 
 
-def _run(
-    spans: tuple[Any, LeanTracerProvider, Sink], client_interceptor: grpc.UnaryUnaryClientInterceptor
-) -> tuple[list[LeanSpan], list[Any]]:
+Wrap = Callable[[grpc.Channel], grpc.Channel]
+
+
+def _intercepted(interceptor: grpc.UnaryUnaryClientInterceptor) -> Wrap:
+    return lambda channel: grpc.intercept_channel(channel, interceptor)
+
+
+# The two client sides: the interceptor through gRPC's machinery, and the channel wrapper the front uses.
+CLIENTS = {
+    "interceptor": lambda tracer: _intercepted(TracingClientInterceptor(tracer)),
+    "traced_channel": lambda tracer: lambda channel: TracedChannel(channel, tracer),
+}
+
+
+def _run(spans: tuple[Any, LeanTracerProvider, Sink], wrap: Wrap) -> tuple[list[LeanSpan], list[Any]]:
     """Caller (with a traceparent) → server A → (client span) → server B, twice; returns the finished
     spans and what server B saw as its current span context."""
     tracer, provider, sink = spans
@@ -95,7 +108,7 @@ def _run(
         return request
 
     leaf_server, leaf_address = _server(tracer, {"Leaf": leaf})
-    channel = grpc.intercept_channel(grpc.insecure_channel(leaf_address), client_interceptor)
+    channel = wrap(grpc.insecure_channel(leaf_address))
     call_leaf = channel.unary_unary(
         "/test.Svc/Leaf", request_serializer=_identity, response_deserializer=_identity
     )
@@ -135,9 +148,12 @@ def check_one_trace(finished: list[LeanSpan]) -> None:
         assert client.parent is not None and client.parent.span_id == fronts[0].get_span_context().span_id
 
 
-def test_one_call_is_one_trace_through_two_servers(spans: tuple[Any, LeanTracerProvider, Sink]) -> None:
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_one_call_is_one_trace_through_two_servers(
+    spans: tuple[Any, LeanTracerProvider, Sink], client: str
+) -> None:
     tracer = spans[0]
-    finished, seen = _run(spans, TracingClientInterceptor(tracer))
+    finished, seen = _run(spans, CLIENTS[client](tracer))
     check_one_trace(finished)
     # The handler runs inside its span (stage spans nest there), and attributes name the RPC only.
     assert all(ctx.trace_id == CALLER_TRACE for ctx in seen)
@@ -164,12 +180,32 @@ def test_reverse_proof_a_client_that_drops_the_context_is_caught(
     spans: tuple[Any, LeanTracerProvider, Sink],
 ) -> None:
     tracer = spans[0]
-    finished, _ = _run(spans, _NoPropagation(tracer))
+    finished, _ = _run(spans, _intercepted(_NoPropagation(tracer)))
     with pytest.raises(AssertionError):
         check_one_trace(finished)
 
 
-def test_a_failed_call_marks_both_spans(spans: tuple[Any, LeanTracerProvider, Sink]) -> None:
+class _ChannelWithoutContext(TracedChannel):
+    """Broken on purpose: the client spans are recorded but nothing is added to the call's metadata."""
+
+    def context_metadata(self, span_context: Any) -> tuple[tuple[str, str], ...]:
+        return ()
+
+
+def test_reverse_proof_a_traced_channel_that_drops_the_context_is_caught(
+    spans: tuple[Any, LeanTracerProvider, Sink],
+) -> None:
+    tracer = spans[0]
+    finished, _ = _run(spans, lambda channel: _ChannelWithoutContext(channel, tracer))
+    with pytest.raises(AssertionError):
+        check_one_trace(finished)
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+@pytest.mark.parametrize("form", ["blocking", "with_call", "future"])
+def test_a_failed_call_marks_both_spans(
+    spans: tuple[Any, LeanTracerProvider, Sink], client: str, form: str
+) -> None:
     tracer, provider, sink = spans
 
     def refuse(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -177,13 +213,18 @@ def test_a_failed_call_marks_both_spans(spans: tuple[Any, LeanTracerProvider, Si
         raise AssertionError("unreachable")
 
     server, address = _server(tracer, {"Refuse": refuse})
-    channel = grpc.intercept_channel(grpc.insecure_channel(address), TracingClientInterceptor(tracer))
+    channel = CLIENTS[client](tracer)(grpc.insecure_channel(address))
     try:
         call = channel.unary_unary(
             "/test.Svc/Refuse", request_serializer=_identity, response_deserializer=_identity
         )
         with pytest.raises(grpc.RpcError):
-            call(b"x", timeout=5)
+            if form == "blocking":
+                call(b"x", timeout=5)
+            elif form == "with_call":
+                call.with_call(b"x", timeout=5)
+            else:
+                call.future(b"x", timeout=5).result()
     finally:
         channel.close()
         server.stop(0)
@@ -236,8 +277,9 @@ def test_nothing_is_installed_while_tracing_is_off() -> None:
         channel.close()
 
 
+@pytest.mark.parametrize("client", sorted(CLIENTS))
 def test_an_unsampled_caller_is_followed_through_two_servers(
-    spans: tuple[Any, LeanTracerProvider, Sink],
+    spans: tuple[Any, LeanTracerProvider, Sink], client: str
 ) -> None:
     """A caller's unsampled traceparent travels front → worker (flags 00, same trace) and nothing is
     recorded on either server or the client in between."""
@@ -249,7 +291,7 @@ def test_an_unsampled_caller_is_followed_through_two_servers(
         return request
 
     second, second_address = _server(tracer, {"Inner": inner})
-    channel = grpc.intercept_channel(grpc.insecure_channel(second_address), TracingClientInterceptor(tracer))
+    channel = CLIENTS[client](tracer)(grpc.insecure_channel(second_address))
     inner_call = channel.unary_unary(
         "/test.Svc/Inner", request_serializer=_identity, response_deserializer=_identity
     )

@@ -39,12 +39,16 @@ from opentelemetry.trace import (
     Status,
     StatusCode,
     TraceFlags,
+    TraceState,
+    get_current_span,
 )
 
 _LOG = logging.getLogger("ragspine_services.tracing")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _LOW_64 = (1 << 64) - 1
+_getrandbits = random.getrandbits
+_time_ns = time.time_ns
 
 Sink = Callable[[Sequence["LeanSpan"]], None]
 EXPORT_THREAD_NAME = "ragspine-span-export"
@@ -65,34 +69,49 @@ def _name_os_thread(name: str) -> None:
 
 
 class LeanSpan(trace.Span):
-    """A recording span; ``end()`` hands it to the exporter's queue."""
+    """A recording span; ``end()`` hands it to the exporter's queue.
+
+    Its ``SpanContext`` is built on first request (an outgoing call's ``traceparent``, a test), not at
+    start: a child of a ``LeanSpan`` keeps that span as its parent and reads the ids directly, as does the
+    exporter, so the spans inside one process build no ``SpanContext`` at all. ``parent`` still answers
+    with the parent's ``SpanContext`` (remote or local) or None for a root."""
 
     __slots__ = (
         "_context",
+        "_parent",
         "_record",
         "attributes",
         "end_ns",
         "kind",
         "name",
-        "parent",
+        "parent_span_id",
+        "span_id",
         "start_ns",
         "status_code",
         "status_description",
+        "trace_id",
+        "trace_state",
     )
 
     def __init__(
         self,
         name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
+        trace_id: int,
+        span_id: int,
+        trace_state: TraceState | None,
+        parent: LeanSpan | SpanContext | None,
         kind: SpanKind,
         attributes: Mapping[str, Any] | None,
         record: Callable[[LeanSpan], None],
         start_ns: int,
     ) -> None:
         self.name = name
-        self._context = context
-        self.parent = parent
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.trace_state = trace_state
+        self._context: SpanContext | None = None
+        self._parent = parent
+        self.parent_span_id = parent.span_id if parent is not None else 0
         self.kind = kind
         self.attributes = attributes
         self._record = record
@@ -102,7 +121,18 @@ class LeanSpan(trace.Span):
         self.status_description = ""
 
     def get_span_context(self) -> SpanContext:
-        return self._context
+        context = self._context
+        if context is None:
+            context = self._context = SpanContext(
+                self.trace_id, self.span_id, False, _SAMPLED, self.trace_state
+            )
+        return context
+
+    @property
+    def parent(self) -> SpanContext | None:
+        """The parent's ``SpanContext`` (None for a root span)."""
+        parent = self._parent
+        return parent.get_span_context() if isinstance(parent, LeanSpan) else parent
 
     def is_recording(self) -> bool:
         return not self.end_ns
@@ -110,7 +140,7 @@ class LeanSpan(trace.Span):
     def end(self, end_time: int | None = None) -> None:
         if self.end_ns:
             return
-        self.end_ns = end_time or time.time_ns()
+        self.end_ns = end_time or _time_ns()
         self._record(self)
 
     def set_attribute(self, key: str, value: Any) -> None:
@@ -166,24 +196,21 @@ class LeanTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
-        parent: SpanContext | None = trace.get_current_span(context).get_span_context()
-        if parent is not None and parent.is_valid:
-            trace_id, sampled, state = parent.trace_id, parent.trace_flags.sampled, parent.trace_state
+        current = get_current_span(context)
+        parent: LeanSpan | SpanContext | None
+        if type(current) is LeanSpan:  # a local parent of this tracer: recording, hence sampled
+            parent, trace_id, sampled, state = current, current.trace_id, True, current.trace_state
+        elif (parent := current.get_span_context()) is not None and parent.is_valid:
+            trace_id, sampled, state = parent.trace_id, parent.trace_flags & 1 == 1, parent.trace_state
         else:
             parent, state = None, None
-            trace_id = random.getrandbits(128) or 1
+            trace_id = _getrandbits(128) or 1
             sampled = (trace_id & _LOW_64) < self._bound
-        span_context = SpanContext(
-            trace_id,
-            random.getrandbits(64) or 1,
-            is_remote=False,
-            trace_flags=_SAMPLED if sampled else _NOT_SAMPLED,
-            trace_state=state,
-        )
+        span_id = _getrandbits(64) or 1
         if not sampled:
-            return NonRecordingSpan(span_context)
-        start = start_time or time.time_ns()
-        return LeanSpan(name, span_context, parent, kind, attributes, self._record, start)
+            return NonRecordingSpan(SpanContext(trace_id, span_id, False, _NOT_SAMPLED, state))
+        start = start_time or _time_ns()
+        return LeanSpan(name, trace_id, span_id, state, parent, kind, attributes, self._record, start)
 
     def start_as_current_span(  # type: ignore[override]
         self,
@@ -278,10 +305,14 @@ class CurrentSpan:
 
 
 class BatchExporter:
-    """Bounded queue of ended spans, sent by one background thread in batches through ``sink``."""
+    """Bounded queue of ended spans, sent by one background thread in batches through ``sink``.
+
+    The defaults (every 2 s, or as soon as 2,048 spans wait) let the thread run rarely and send big
+    batches: a batch costs the thread some tens of µs on top of its spans (the gRPC call), and every
+    wake-up takes the GIL from the request threads once more."""
 
     def __init__(
-        self, sink: Sink, *, schedule_s: float = 0.5, max_batch: int = 512, max_queue: int = 8192
+        self, sink: Sink, *, schedule_s: float = 2.0, max_batch: int = 2048, max_queue: int = 8192
     ) -> None:
         if schedule_s <= 0 or max_batch < 1 or max_queue < max_batch:
             raise ValueError("schedule_s must be > 0, max_batch >= 1 and max_queue >= max_batch")
@@ -345,7 +376,7 @@ class BatchExporter:
 class LeanTracerProvider(trace.TracerProvider):
     """One tracer (the same for every instrumentation name) over one ``BatchExporter``."""
 
-    def __init__(self, sink: Sink, *, ratio: float = 1.0, schedule_s: float = 0.5) -> None:
+    def __init__(self, sink: Sink, *, ratio: float = 1.0, schedule_s: float = 2.0) -> None:
         self.exporter = BatchExporter(sink, schedule_s=schedule_s)
         self._tracer = LeanTracer(ratio, self.exporter.record)
 
@@ -442,6 +473,8 @@ class OtlpGrpcSink:
         self._scope_field = _field(0x0A, self._scope.SerializeToString())
         self._wire_attributes: dict[Any, bytes] = {}
         self._wire_names: dict[str, bytes] = {}
+        self._last_trace_id = 0
+        self._last_trace_field = b""
 
     def _attributes(self, attributes: Mapping[str, Any]) -> list[Any]:
         """The ``KeyValue`` list of ``attributes``, built once per distinct set of (hashable) values:
@@ -478,8 +511,8 @@ class OtlpGrpcSink:
                 end_time_unix_nano=span.end_ns,
                 attributes=self._attributes(span.attributes) if span.attributes else None,
             )
-            if span.parent is not None:
-                message.parent_span_id = span.parent.span_id.to_bytes(8, "big")
+            if span.parent_span_id:
+                message.parent_span_id = span.parent_span_id.to_bytes(8, "big")
             if context.trace_state:
                 message.trace_state = context.trace_state.to_header()
             if span.status_code is not StatusCode.UNSET:
@@ -512,20 +545,20 @@ class OtlpGrpcSink:
 
     def _span_bytes(self, span: LeanSpan) -> bytes:
         """One ``Span`` message in wire format (fields in number order, defaults omitted as proto3 does)."""
-        context = span._context
         name = self._wire_names.get(span.name)
         if name is None:
             name = _field(0x2A, span.name.encode("utf-8"))  # 5: name
             if len(self._wire_names) < 1024:
                 self._wire_names[span.name] = name
-        parts = [
-            b"\x0a\x10" + context.trace_id.to_bytes(16, "big"),  # 1: trace_id
-            b"\x12\x08" + context.span_id.to_bytes(8, "big"),  # 2: span_id
-        ]
-        if context.trace_state:
-            parts.append(_field(0x1A, context.trace_state.to_header().encode("utf-8")))  # 3: trace_state
-        if span.parent is not None:
-            parts.append(b"\x22\x08" + span.parent.span_id.to_bytes(8, "big"))  # 4: parent_span_id
+        trace_id = span.trace_id
+        if trace_id != self._last_trace_id:  # the spans of one trace mostly come one after another
+            self._last_trace_id = trace_id
+            self._last_trace_field = b"\x0a\x10" + trace_id.to_bytes(16, "big")  # 1: trace_id
+        parts = [self._last_trace_field, b"\x12\x08" + span.span_id.to_bytes(8, "big")]  # 2: span_id
+        if span.trace_state:
+            parts.append(_field(0x1A, span.trace_state.to_header().encode("utf-8")))  # 3: trace_state
+        if span.parent_span_id:
+            parts.append(b"\x22\x08" + span.parent_span_id.to_bytes(8, "big"))  # 4: parent_span_id
         parts.append(name)
         parts.append(b"\x30" + _varint(span.kind.value + 1))  # 6: kind (OTLP numbers from UNSPECIFIED = 0)
         if span.start_ns:
