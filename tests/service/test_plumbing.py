@@ -25,6 +25,7 @@ from ragspine_services.common.server import start_server
         (errors.OverloadedError("busy"), grpc.StatusCode.RESOURCE_EXHAUSTED),
         (errors.RequestTooLargeError("big"), grpc.StatusCode.RESOURCE_EXHAUSTED),
         (errors.BackendUnavailableError("down"), grpc.StatusCode.UNAVAILABLE),
+        (TimeoutError("late"), grpc.StatusCode.DEADLINE_EXCEEDED),
         (errors.UnauthenticatedError("who"), grpc.StatusCode.UNAUTHENTICATED),
         (errors.PermissionDeniedError("no"), grpc.StatusCode.PERMISSION_DENIED),
         (KeyError("internal detail"), grpc.StatusCode.INTERNAL),

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
-from ragspine_services._gen import model_worker_pb2
+from ragspine_services._gen import model_worker_pb2, model_worker_pb2_grpc
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services.common.breaker import CLOSED
 from ragspine_services.common.errors import BackendUnavailableError
@@ -271,3 +271,25 @@ def test_early_failure_check_catches_a_blocking_call_bounded_by_the_budget(
     seconds, client = _hung_query_seconds(fault_worker, 3.0)
     client.close()
     assert seconds >= 2.0
+
+
+def test_a_call_whose_deadline_passes_in_the_worker_is_deadline_exceeded_not_internal(
+    fault_worker: FaultWorker,
+) -> None:
+    """The worker stops waiting for a batch when the caller's deadline passes; that is DEADLINE_EXCEEDED
+    (the caller's own doing), never INTERNAL with an "rpc failed" traceback in the worker's log."""
+    fault_worker.delay(0.4)
+    channel = grpc.insecure_channel(fault_worker.address)
+    try:
+        stub = model_worker_pb2_grpc.ModelWorkerServiceStub(channel)
+        metadata = (("authorization", "Bearer svc-token"),)
+        for _ in range(3):
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.Embed(
+                    model_worker_pb2.EmbedRequest(texts=["battery swap"]), timeout=0.1, metadata=metadata
+                )
+            assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        time.sleep(0.5)  # the worker's own waits (as long as each caller's deadline) have all ended
+    finally:
+        channel.close()
+    assert "rpc failed" not in fault_worker.log.read_text()

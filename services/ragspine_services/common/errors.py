@@ -52,6 +52,7 @@ _TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (BackendUnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),  # e.g. a worker batch the caller stopped waiting for
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
 )
 

@@ -97,7 +97,15 @@ class ModelWorkerServicer(model_worker_pb2_grpc.ModelWorkerServiceServicer):
         self, key: Any, items: list[Any], run: Any, context: grpc.ServicerContext
     ) -> BatchOutcome[Any]:
         remaining = context.time_remaining()
-        return self.batcher.submit(key, items, run, timeout_s=remaining if remaining is not None else None)
+        try:
+            return self.batcher.submit(
+                key, items, run, timeout_s=remaining if remaining is not None else None
+            )
+        except TimeoutError:
+            raise TimeoutError(
+                f"the caller's deadline ({remaining:.3f} s) passed before the batch ran; retry with a "
+                "longer deadline or fewer texts"
+            ) from None
 
     def Embed(
         self, request: model_worker_pb2.EmbedRequest, context: grpc.ServicerContext
