@@ -3,6 +3,8 @@ test_worker_faults.py)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ragspine_services.common.breaker import (
@@ -14,7 +16,7 @@ from ragspine_services.common.breaker import (
     CircuitBreaker,
     CircuitOpenError,
 )
-from ragspine_services.common.deadline import call_deadline, stage_budget
+from ragspine_services.common.deadline import answer_deadline, call_deadline, stage_budget
 
 
 class Clock:
@@ -89,3 +91,28 @@ def test_stage_budget_keeps_a_reserve_for_the_fallback() -> None:
         assert budget is not None and 0.55 < budget <= 0.65
     with call_deadline(0.04):
         assert stage_budget(5.0, reserve_s=0.05) is None
+
+
+def test_answer_deadline_ends_a_margin_before_the_callers() -> None:
+    assert answer_deadline(None) is None  # no deadline: none of our own either
+    # 5 ms for the reply plus a tenth of the time left, so 25 ms of a 0.2 s deadline and 105 ms of 1 s.
+    assert answer_deadline(0.2, now=100.0) == pytest.approx(100.175)
+    assert answer_deadline(1.0, now=100.0) == pytest.approx(100.895)
+    assert answer_deadline(0.2, margin_s=0.0, margin_fraction=0.0, now=100.0) == pytest.approx(100.2)
+    # Less time left than the margin: the instant has passed already (the call is not worth starting).
+    assert answer_deadline(0.004, now=100.0) < 100.0  # type: ignore[operator]
+    assert answer_deadline(-0.5, now=100.0) < 100.0  # type: ignore[operator]
+    with pytest.raises(ValueError, match="margin"):
+        answer_deadline(0.2, margin_fraction=1.0)
+    with pytest.raises(ValueError, match="margin"):
+        answer_deadline(0.2, margin_s=-0.001)
+
+
+def test_stage_budgets_under_an_answer_deadline_end_before_it() -> None:
+    # The front hands its own deadline (not the caller's) to the pipeline: a worker stage's budget plus its
+    # fallback reserve then ends the margin before the caller's deadline.
+    deadline = answer_deadline(0.2)
+    assert deadline is not None
+    with call_deadline(deadline - time.monotonic()):
+        budget = stage_budget(5.0, reserve_s=0.05, reserve_fraction=0.5)
+    assert budget is not None and 0.08 < budget <= 0.0875

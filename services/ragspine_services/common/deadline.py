@@ -26,6 +26,35 @@ def remaining_s() -> float | None:
     return None if deadline is None else deadline - time.monotonic()
 
 
+# The front's own budget ends this far ahead of the caller's deadline: a fixed part for turning the
+# answer into a message and sending it, plus a share of the time left for what a loaded machine adds
+# to every step (waiting for a core, for the interpreter lock, for a thread of the server's pool).
+ANSWER_MARGIN_S = 0.005
+ANSWER_MARGIN_FRACTION = 0.1
+
+
+def answer_deadline(
+    remaining_s: float | None,
+    *,
+    margin_s: float = ANSWER_MARGIN_S,
+    margin_fraction: float = ANSWER_MARGIN_FRACTION,
+    now: float | None = None,
+) -> float | None:
+    """The ``time.monotonic()`` instant by which a call with ``remaining_s`` seconds left (None = no
+    deadline) must have its answer ready: the caller's deadline less ``margin_s + margin_fraction *
+    remaining_s``, so that the reply still reaches the caller in time. None without a deadline; an instant
+    at or before ``now`` when the call has no time left to answer in.
+    """
+    if margin_s < 0 or not 0.0 <= margin_fraction < 1.0:
+        raise ValueError(
+            f"margin_s must be >= 0 and margin_fraction in [0, 1), got {margin_s}, {margin_fraction}"
+        )
+    if remaining_s is None:
+        return None
+    start = time.monotonic() if now is None else now
+    return start + remaining_s - (margin_s + margin_fraction * max(remaining_s, 0.0))
+
+
 def stage_budget(cap_s: float, *, reserve_s: float = 0.05, reserve_fraction: float = 0.35) -> float | None:
     """Seconds the next remote stage may take: ``cap_s``, cut to what is left of the caller's deadline
     minus a reserve for the stages that must still run after it (the lexical answer, fusion, the reply).

@@ -17,6 +17,10 @@ REJECTED = Counter(
 DEGRADED = Counter(
     "ragspine_degraded_answers_total", "Answers returned with a skipped stage, by stage.", ["stage"]
 )
+DEADLINE_SKIPPED = Counter(
+    "ragspine_deadline_skipped_total",
+    "Queries ended unanswered because no time was left in the caller's deadline to answer in.",
+)
 
 PENDING_VECTORS = Gauge(
     "ragspine_vectors_pending", "Chunks of a library still waiting for their vectors.", ["library"]

@@ -9,6 +9,7 @@ stopped and the process left to exit.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -57,6 +58,9 @@ class RunningServer:
     service_names: tuple[str, ...]
     gate: DrainGate = field(default_factory=DrainGate)
     http: Any = None  # the front's HTTP face (``front.http.HttpServer``) when it runs; stopped with gRPC
+    # Whether starting it froze the process's objects out of the collector's generations (``gc.freeze``);
+    # stopping it then unfreezes them, so a process that runs servers in turn keeps none of them for good.
+    froze_gc: bool = False
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def set_serving(self, serving: bool) -> None:
@@ -80,6 +84,8 @@ class RunningServer:
         if self.http is not None:
             self.http.stop(max(0.5, deadline - time.monotonic()))
         self.server.stop(max(0.0, deadline - time.monotonic())).wait()
+        if self.froze_gc:
+            gc.unfreeze()
         self._stopped.set()
 
     def wait_for_signal(

@@ -58,6 +58,10 @@ class _WorkerHung(Exception):
     """Internal: a call was abandoned because the worker stopped answering health checks."""
 
 
+class _OutOfTime(Exception):
+    """Internal: a call's budget ran out before gRPC reported its deadline; it was cancelled."""
+
+
 # Balance calls over every address the worker name resolves to (a headless Kubernetes Service gives one
 # per ready worker pod) and leave out an address whose health service does not answer SERVING.
 WORKER_SERVICE_CONFIG = json.dumps(
@@ -159,17 +163,22 @@ class WorkerClient:
         the call when it does not (a SIGSTOPped or wedged process)."""
         started = time.monotonic()
         hang = self.admission.hang_s()
-        if hang >= timeout:
-            return future.result()
+        if hang < timeout:
+            try:
+                return future.result(timeout=hang)
+            except grpc.FutureTimeoutError:
+                pass
+            left = timeout - (time.monotonic() - started)
+            if not future.done() and left > _MIN_CALL_S and not self.alive(min(0.1, left)):
+                future.cancel()
+                raise _WorkerHung from None
+        # A timed wait of its own: it wakes on time even when the call's expiry, which gRPC hands over
+        # from its polling thread, comes late on a loaded machine.
         try:
-            return future.result(timeout=hang)
+            return future.result(timeout=max(timeout - (time.monotonic() - started), 0.0))
         except grpc.FutureTimeoutError:
-            pass
-        left = timeout - (time.monotonic() - started)
-        if not future.done() and left > _MIN_CALL_S and not self.alive(min(0.1, left)):
             future.cancel()
-            raise _WorkerHung from None
-        return future.result()
+            raise _OutOfTime from None
 
     def guarded(self, method: str, call: Any, timeout_s: float | None = None, *, blocking: Any = None) -> Any:
         """Run the call that ``call(timeout)`` starts (it returns a gRPC future) through the breaker and
@@ -217,6 +226,9 @@ class WorkerClient:
                 raise BackendUnavailableError(
                     f"model worker {method} abandoned: the worker stopped answering health checks"
                 ) from None
+            except _OutOfTime:
+                self._out_of_time(budget)
+                raise BackendUnavailableError(f"model worker {method} failed: DEADLINE_EXCEEDED") from None
             except grpc.FutureCancelledError:
                 raise BackendUnavailableError(
                     f"model worker {method} abandoned: another call found the worker hung or too slow"
@@ -242,7 +254,17 @@ class WorkerClient:
         code = exc.code() if hasattr(exc, "code") else None
         if code in _CALLER_FAULTS:
             self.breaker.record_success()  # the worker answered: it is alive
-        elif code == grpc.StatusCode.DEADLINE_EXCEEDED and budget >= self.admission.hang_s():
+        elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            self._out_of_time(budget)
+        else:
+            self._failed()
+        name = code.name if code is not None else "UNKNOWN"
+        detail = exc.details() if hasattr(exc, "details") else ""
+        raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
+
+    def _out_of_time(self, budget: float) -> None:
+        """Record a call that had ``budget`` seconds and ran out of them."""
+        if budget >= self.admission.hang_s():
             # It had longer than the worker's hang threshold and still ran out: the worker is hung or far
             # slower than usual. Open at once.
             self._trip()
@@ -250,9 +272,6 @@ class WorkerClient:
             # A budget shorter than that (a short caller deadline on a loaded machine) says less: it
             # counts towards the breaker's failure threshold like any failure.
             self._failed()
-        name = code.name if code is not None else "UNKNOWN"
-        detail = exc.details() if hasattr(exc, "details") else ""
-        raise BackendUnavailableError(f"model worker {method} failed: {name}: {detail}") from None
 
     def _first_try(self, method: str, blocking: Any, timeout: float) -> tuple[bool, Any, float]:
         """The blocking first try of :meth:`guarded`: ``(True, response, _)`` when it was answered, else

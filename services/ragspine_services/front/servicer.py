@@ -49,7 +49,7 @@ from ragspine.retrieval.visual import library_pages as visual
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
 from ragspine_services.common.auth import WRITE, current_caller
-from ragspine_services.common.deadline import call_deadline
+from ragspine_services.common.deadline import answer_deadline, call_deadline
 from ragspine_services.common.errors import (
     BackendUnavailableError,
     NotFoundError,
@@ -369,6 +369,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.RetrieveRequest, context: grpc.ServicerContext
     ) -> retrieval_pb2.RetrieveResponse:
         started = time.perf_counter()
+        # Everything below works to a deadline a safety margin before the caller's (``answer_deadline``):
+        # a loaded machine must still get the reply out in time.
+        deadline = answer_deadline(context.time_remaining())
+        self._check_time_left(deadline, context)
         convert.check_retrieve_request(request)
         query = request.query
         if not query.strip():
@@ -406,7 +410,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         # The router only narrows a request that names no libraries.
         router = self.query_stages.router(request.library_router)
         router = None if request.libraries else router
-        remaining = context.time_remaining()
+        self._check_time_left(deadline, context)
         pipeline = RetrievalPipeline(libraries, router=router, deadline_scope=call_deadline)
         staged = run_query_stages(
             pipeline.with_stage(relevance, after="exit"),
@@ -417,7 +421,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 top_k=top_k,
                 rerank=rerank,
                 rerank_top_n=request.rerank_top_n or None,
-                deadline=None if remaining is None else time.monotonic() + remaining,
+                deadline=deadline,
                 expansion=expansion,
             ),
             self.query_stages,
@@ -426,6 +430,16 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         response = self._respond(staged.report, started, mfilter)
         response.stages.extend(stage_report_message(s) for s in staged.stages)
         return response
+
+    @staticmethod
+    def _check_time_left(deadline: float | None, context: grpc.ServicerContext) -> None:
+        """End the call with DEADLINE_EXCEEDED when ``deadline`` (the front's own) has passed: an answer
+        started now would reach the caller too late, and the work would only delay other callers."""
+        if deadline is not None and time.monotonic() >= deadline:
+            metrics.DEADLINE_SKIPPED.inc()
+            context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "no time left in the caller's deadline to answer in"
+            )
 
     def _raptor_source(
         self, library: Library, mode: str, granularity: str, expansion: str, mfilter: Any
