@@ -408,16 +408,8 @@ class _TracedUnaryUnary(grpc.UnaryUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: Any = None,
     ) -> Any:
-        span, metadata = self._start(metadata)
-        if not span.is_recording():
-            return self._inner(request, timeout, metadata, credentials, wait_for_ready, compression)
-        try:
-            return self._inner(request, timeout, metadata, credentials, wait_for_ready, compression)
-        except BaseException as exc:
-            _end_failed(span, _code_of(exc))
-            raise
-        finally:
-            span.end()
+        call = self._inner
+        return self._blocking(call, request, timeout, metadata, credentials, wait_for_ready, compression)
 
     def with_call(
         self,
@@ -428,11 +420,16 @@ class _TracedUnaryUnary(grpc.UnaryUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: Any = None,
     ) -> Any:
+        call = self._inner.with_call
+        return self._blocking(call, request, timeout, metadata, credentials, wait_for_ready, compression)
+
+    def _blocking(self, call: Any, request: Any, timeout: Any, metadata: Any, *rest: Any) -> Any:
+        """``call`` (the blocking call or ``with_call``) inside the client span, which ends with it."""
         span, metadata = self._start(metadata)
         if not span.is_recording():
-            return self._inner.with_call(request, timeout, metadata, credentials, wait_for_ready, compression)
+            return call(request, timeout, metadata, *rest)
         try:
-            return self._inner.with_call(request, timeout, metadata, credentials, wait_for_ready, compression)
+            return call(request, timeout, metadata, *rest)
         except BaseException as exc:
             _end_failed(span, _code_of(exc))
             raise
