@@ -138,3 +138,23 @@ def test_settings_name_accepted_and_typo_refused(
     assert model_id(backend) == model_id(qint8)
     with pytest.raises(ValueError, match=r"unknown embedding backend 'minilm-int9'.*minilm-int8"):
         make_embedding_backend("minilm-int9")
+
+
+def test_concurrent_builds_quantise_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    calls = _count_quantisations(monkeypatch)
+    results: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(onnx_export.minilm_qint8(tmp_path))) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1  # the second builder waited on the lock, then found the finished file
+    assert len(results) == 2 and results[0] == results[1] and results[0].is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [
+        results[0].name,
+        results[0].name + ".sha256",
+    ]
