@@ -7,7 +7,11 @@ torch on every core). Rounds alternate which runs first; each line prints passag
 seconds the run took and the load average. This separates model speed from what the service adds
 (ingest, queries, storage) in ``bench/ingest_to_hybrid.py``.
 
+``--embedding NAME`` runs another backend on our side (a ``RAGSPINE_EMBEDDING`` name, e.g. ``minilm-int8``);
+the default is the packaged ONNX MiniLM the drainer uses.
+
 Usage: python bench/embed_rate.py [--data ../shared/data/scifact] [--limit 200] [--passages 300] [--rounds 3]
+       [--embedding minilm]
 Skips (exit 0, with a message) when the SciFact corpus is absent.
 """
 
@@ -63,6 +67,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=200, help="documents to chunk (default 200)")
     parser.add_argument("--passages", type=int, default=300, help="passages embedded per run (default 300)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    parser.add_argument(
+        "--embedding", default="minilm", help="our backend, a RAGSPINE_EMBEDDING name (default minilm)"
+    )
     args = parser.parse_args()
     corpus = Path(args.data) / "corpus.jsonl"
     if not corpus.is_file():
@@ -73,13 +80,15 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from ragspine.models.dense import OnnxEmbeddingBackend
     from ragspine.models.packaged import minilm_dir
+    from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
 
     torch.set_num_threads(os.cpu_count() or 1)
     peer = SentenceTransformer(str(minilm_dir()), device="cpu")
     peer.max_seq_length = 256
-    ours = OnnxEmbeddingBackend(query_session=False)
+    ours = make_embedding_backend(args.embedding, query_session=False)
+    if ours is None:
+        parser.error(f"--embedding {args.embedding!r} selects no model")
     ordered = sorted(texts, key=len)
 
     def run_ours() -> None:
@@ -93,7 +102,8 @@ def main() -> None:
     ours.embed_texts(texts[:8])
     peer.encode(texts[:8], batch_size=8)
     rates: dict[str, list[float]] = {name: [] for name in runs}
-    print(f"{len(texts)} passages, {args.rounds} alternating rounds")
+    label = getattr(ours, "name", args.embedding)
+    print(f"{len(texts)} passages, {args.rounds} alternating rounds, ours = {label}")
     for i in range(args.rounds):
         for name in list(runs) if i % 2 == 0 else list(runs)[::-1]:
             rate, cpu = _timed(runs[name], len(texts))

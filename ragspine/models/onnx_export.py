@@ -155,3 +155,63 @@ def quantise_int8(fp32_file: Path, out_file: Path | None = None) -> Path:
 
 def _drop_preprocess_hint(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("Please consider to run pre-processing before quantization")
+
+
+def minilm_qint8(folder: Path | None = None) -> Path:
+    """all-MiniLM-L6-v2 with integer matrix products, made once from the packaged safetensors.
+
+    The packaged weights are exported to fp32 ONNX (:func:`export_encoder`) and dynamically quantised
+    (:func:`quantise_int8`: MatMul -> MatMulInteger, int8 weights per output channel). The result lives in
+    ``folder`` (default ``<cache>/onnx``) as ``all-MiniLM-L6-v2-<tag>-qint8.onnx`` beside a ``.sha256`` of
+    its bytes. A file whose digest file is missing or does not match (a crash, a disk error, an edit) is
+    quantised again; a file lock keeps two processes from building it at once. Raises ``ValueError``
+    when the model cannot be built, ``ImportError`` naming the extra without torch/onnxruntime.
+    """
+    import fcntl
+
+    from ragspine.models.packaged import minilm_dir
+
+    model_dir = minilm_dir()
+    out_dir = folder or cache_dir() / "onnx"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"all-MiniLM-L6-v2-{_tag(model_dir)}-qint8.onnx"
+    digest_file = target.with_name(target.name + ".sha256")
+    with open(target.with_name(target.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if target.is_file():
+                if digest_file.is_file() and digest_file.read_text().strip() == _sha256(target):
+                    return target
+                logger.warning("cached model %s does not match its digest; quantising it again", target)
+                target.unlink()
+            fp32 = export_encoder(model_dir)
+            try:
+                quantise_int8(fp32, target)
+            except ValueError:  # an unreadable cached fp32 export: export it again, once
+                fp32.unlink(missing_ok=True)
+                quantise_int8(export_encoder(model_dir), target)
+            _write_atomic(digest_file, _sha256(target) + "\n")
+            return target
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -149,7 +149,12 @@ class _FakeModel:
 @pytest.fixture()
 def fake_dense(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     module = types.ModuleType("ragspine.models.dense")
-    for name in ("OnnxEmbeddingBackend", "SentenceTransformerEmbeddingBackend", "E5EmbeddingBackend"):
+    for name in (
+        "OnnxEmbeddingBackend",
+        "MiniLMInt8EmbeddingBackend",
+        "SentenceTransformerEmbeddingBackend",
+        "E5EmbeddingBackend",
+    ):
         setattr(
             module,
             name,
@@ -176,6 +181,8 @@ class TestFactory:
             ("onnx", "OnnxEmbeddingBackend"),
             ("FastEmbed", "OnnxEmbeddingBackend"),
             ("minilm", "OnnxEmbeddingBackend"),
+            ("minilm-int8", "MiniLMInt8EmbeddingBackend"),
+            ("MiniLM_INT8", "MiniLMInt8EmbeddingBackend"),
             ("st", "SentenceTransformerEmbeddingBackend"),
             ("sentence-transformers", "SentenceTransformerEmbeddingBackend"),
             ("QWEN3", "SentenceTransformerEmbeddingBackend"),

@@ -30,6 +30,7 @@ EMBEDDING_CHOICES: tuple[str, ...] = (
     "onnx",
     "fastembed",
     "minilm",
+    "minilm-int8",
     "st",
     "sentence-transformers",
     "qwen3",
@@ -43,6 +44,8 @@ _MODEL_BACKENDS: dict[str, str] = {
     "onnx": "OnnxEmbeddingBackend",
     "fastembed": "OnnxEmbeddingBackend",
     "minilm": "OnnxEmbeddingBackend",
+    "minilm-int8": "MiniLMInt8EmbeddingBackend",
+    "minilm_int8": "MiniLMInt8EmbeddingBackend",
     "st": "SentenceTransformerEmbeddingBackend",
     "sentence-transformers": "SentenceTransformerEmbeddingBackend",
     "sentence_transformers": "SentenceTransformerEmbeddingBackend",
@@ -211,6 +214,7 @@ def make_embedding_backend(
       ``kwargs`` or the settings (``openai_base_url``, ``openai_api_key``, ``openai_embedding_model``,
       ``http_timeout_s``)
     - ``"onnx"``/``"fastembed"``/``"minilm"`` → ``OnnxEmbeddingBackend(**kwargs)``
+    - ``"minilm-int8"`` → ``MiniLMInt8EmbeddingBackend(**kwargs)`` (integer matrix products; own model id)
     - ``"st"``/``"sentence-transformers"``/``"qwen3"`` → ``SentenceTransformerEmbeddingBackend(**kwargs)``
     - ``"e5"``/``"multilingual"``/``"multilingual-e5"`` → ``E5EmbeddingBackend(**kwargs)``
     - ``"auto"`` → the ONNX backend when the models extra imports and the model loads, else ``None``

@@ -1,0 +1,160 @@
+"""The opt-in MiniLM with integer matrix products: vectors, model id, its cache, and the settings name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("torch")
+
+import ragspine.retrieval.chunking  # noqa: F401  (loads the store before the ledger it imports)
+from ragspine.models import onnx_export
+from ragspine.models.dense import MiniLMInt8EmbeddingBackend, OnnxEmbeddingBackend
+from ragspine.retrieval.indexing.ledger import model_id
+from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
+from ragspine.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+TEXTS = [
+    "The cat sat on the mat.",
+    "Aspirin reduces the risk of heart attack in adults over fifty, a large randomised trial found.",
+    "Inflation rose faster than expected in the third quarter.",
+    "Does vitamin D supplementation lower the rate of respiratory infections in children?",
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("qint8-cache")
+
+
+@pytest.fixture(scope="module")
+def qint8(cache: Path) -> MiniLMInt8EmbeddingBackend:
+    return MiniLMInt8EmbeddingBackend(cache_folder=cache, threads=2)
+
+
+@pytest.fixture(scope="module")
+def fp32() -> OnnxEmbeddingBackend:
+    return OnnxEmbeddingBackend(int8=False, threads=2)
+
+
+def _cosines(a: list[list[float]], b: list[list[float]]) -> np.ndarray:
+    x, y = np.asarray(a), np.asarray(b)
+    return (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+
+
+def _count_quantisations(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    calls: list[Path] = []
+    real = onnx_export.quantise_int8
+
+    def counting(fp32_file: Path, out_file: Path | None = None) -> Path:
+        calls.append(fp32_file)
+        return real(fp32_file, out_file)
+
+    monkeypatch.setattr(onnx_export, "quantise_int8", counting)
+    return calls
+
+
+def test_vectors_close_to_fp32(qint8: MiniLMInt8EmbeddingBackend, fp32: OnnxEmbeddingBackend) -> None:
+    got, reference = qint8.embed_texts(TEXTS), fp32.embed_texts(TEXTS)
+    assert qint8.dim == 384
+    assert np.allclose(np.linalg.norm(np.asarray(got), axis=1), 1.0, atol=1e-5)
+    assert _cosines(got, reference).min() >= 0.98
+    # ...but it is a different model: not the fp32 vectors themselves.
+    assert _cosines(got, reference).max() < 0.99999
+    queries = qint8.embed_queries(TEXTS[:2])
+    assert _cosines(queries, fp32.embed_queries(TEXTS[:2])).min() >= 0.98
+
+
+def test_graph_runs_integer_matrix_products(qint8: MiniLMInt8EmbeddingBackend) -> None:
+    onnx = pytest.importorskip("onnx")
+    ops = {node.op_type for node in onnx.load(str(qint8._onnx_file)).graph.node}
+    assert "MatMulInteger" in ops
+
+
+def test_model_id_differs_from_minilm(qint8: MiniLMInt8EmbeddingBackend, fp32: OnnxEmbeddingBackend) -> None:
+    packaged = OnnxEmbeddingBackend(threads=1)
+    ids = {model_id(qint8), model_id(fp32), model_id(packaged)}
+    assert len(ids) == 3
+    assert model_id(qint8) == "all-MiniLM-L6-v2-onnx-qint8"
+    assert qint8.languages == frozenset({"en"})
+
+
+def test_second_open_reuses_the_cache(
+    qint8: MiniLMInt8EmbeddingBackend, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = qint8._onnx_file
+    assert built.parent == cache and built.is_file()
+    stamp = built.stat().st_mtime_ns
+    calls = _count_quantisations(monkeypatch)
+    again = MiniLMInt8EmbeddingBackend(cache_folder=cache, threads=1)
+    assert calls == []
+    assert again._onnx_file == built and built.stat().st_mtime_ns == stamp
+    assert _cosines(again.embed_texts(TEXTS[:1]), qint8.embed_texts(TEXTS[:1]))[0] > 0.9999
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "digest"])
+def test_damaged_cache_is_rebuilt(
+    qint8: MiniLMInt8EmbeddingBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    reference = qint8.embed_texts(TEXTS)
+    first = MiniLMInt8EmbeddingBackend(cache_folder=tmp_path, threads=1)._onnx_file
+    if damage == "truncate":
+        first.write_bytes(first.read_bytes()[: first.stat().st_size // 2])
+    elif damage == "garbage":
+        first.write_bytes(b"not an onnx graph")
+    else:
+        first.with_name(first.name + ".sha256").write_text("0" * 64 + "\n")
+    calls = _count_quantisations(monkeypatch)
+    rebuilt = MiniLMInt8EmbeddingBackend(cache_folder=tmp_path, threads=1)
+    assert len(calls) == 1
+    assert _cosines(rebuilt.embed_texts(TEXTS), reference).min() > 0.9999
+
+
+def test_unwritable_cache_fails_clearly(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OSError):
+        MiniLMInt8EmbeddingBackend(cache_folder=blocker / "sub", threads=1)
+
+
+def test_rejects_a_model_path() -> None:
+    with pytest.raises(ValueError, match="model_path"):
+        MiniLMInt8EmbeddingBackend(model_path="/tmp/x.onnx")
+
+
+def test_settings_name_accepted_and_typo_refused(
+    cache: Path, qint8: MiniLMInt8EmbeddingBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGSPINE_EMBEDDING", "minilm-int8")
+    monkeypatch.delenv("RAGSPINE_EMBEDDING_BACKEND", raising=False)
+    settings = Settings.from_env()
+    backend = make_embedding_backend(settings=settings, cache_folder=cache, threads=1)
+    assert isinstance(backend, MiniLMInt8EmbeddingBackend)
+    assert model_id(backend) == model_id(qint8)
+    with pytest.raises(ValueError, match=r"unknown embedding backend 'minilm-int9'.*minilm-int8"):
+        make_embedding_backend("minilm-int9")
+
+
+def test_concurrent_builds_quantise_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    calls = _count_quantisations(monkeypatch)
+    results: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(onnx_export.minilm_qint8(tmp_path))) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1  # the second builder waited on the lock, then found the finished file
+    assert len(results) == 2 and results[0] == results[1] and results[0].is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [
+        results[0].name,
+        results[0].name + ".sha256",
+    ]
