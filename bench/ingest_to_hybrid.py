@@ -1,6 +1,7 @@
 """From ingest to complete hybrid answers, over gRPC in laptop mode (`ragspine serve all`), on SciFact.
 
-One run measures, with the packaged MiniLM (ONNX int8) as the dense model:
+One run measures, with the packaged MiniLM (ONNX) as the dense model (``--embedding minilm-int8``: the same
+weights with int8 matrix products):
   ingest ack        seconds until IngestStream returned (text durable, searchable lexically)
   vectors ready     seconds from the start of the ingest until ListLibraries reports 0 pending
   backlog queries   a hybrid Retrieve every 100 ms from the ingest ack until every vector is ready
@@ -17,7 +18,7 @@ One run measures, with the packaged MiniLM (ONNX int8) as the dense model:
                     printed too, as a check that the counter counts)
 
 Usage: python bench/ingest_to_hybrid.py [--data ../shared/data/scifact] [--limit 1000] [--deadline-ms 1000]
-                                       [--rounds 3]
+                                       [--rounds 3] [--embedding minilm|minilm-int8]
 Skips (exit 0, with a message) when the SciFact corpus is absent.
 """
 
@@ -55,12 +56,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+EMBEDDING = {"name": "minilm"}  # the server's RAGSPINE_EMBEDDING (--embedding); the peer is always MiniLM
+
+
 def _spawn(data_dir: Path, port: int, metrics_port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "RAGSPINE_DATA_DIR": str(data_dir),
         "RAGSPINE_RETRIEVAL_MODE": "hybrid",
-        "RAGSPINE_EMBEDDING": "minilm",
+        "RAGSPINE_EMBEDDING": EMBEDDING["name"],
         "RAGSPINE_RERANKER": "none",
         "RAGSPINE_METRICS_PORT": str(metrics_port),
     }
@@ -350,6 +354,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=1000, help="documents to ingest (default 1000)")
     parser.add_argument("--deadline-ms", type=float, default=1000.0, help="per-query deadline (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating server/peer rounds (default 3)")
+    parser.add_argument(
+        "--embedding",
+        default="minilm",
+        help="the server's dense backend (RAGSPINE_EMBEDDING; default minilm, or minilm-int8: same weights, "
+        "int8 matrix products); the peer is sentence-transformers on the packaged MiniLM either way",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     data = Path(args.data)
@@ -360,6 +370,7 @@ def main() -> None:
         )
         return
     deadline_ms = args.deadline_ms
+    EMBEDDING["name"] = args.embedding
     result = run(
         data,
         args.limit,
