@@ -59,6 +59,12 @@ class FaultWorker:
     def signal(self, signum: int) -> None:
         assert self.proc is not None
         self.proc.send_signal(signum)
+        if signum == signal.SIGSTOP:  # the stop is asynchronous: a call sent at once could still be served
+            stat = Path(f"/proc/{self.proc.pid}/stat")
+            deadline = time.monotonic() + 5.0
+            while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                assert time.monotonic() < deadline, "the worker did not stop after SIGSTOP"
+                time.sleep(0.005)
 
     def kill(self) -> None:
         assert self.proc is not None
