@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("torch")
 
-import ragspine.retrieval.chunking  # noqa: F401  (loads the store before the ledger it imports)
 from ragspine.models import onnx_export
 from ragspine.models.dense import MiniLMInt8EmbeddingBackend, OnnxEmbeddingBackend
 from ragspine.retrieval.indexing.ledger import model_id

@@ -22,10 +22,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ragspine.retrieval.chunking.types import StoredChunk
 from ragspine.retrieval.constants import is_restricted
+
+if TYPE_CHECKING:  # annotations only: importing the chunking package here would import the store back
+    from ragspine.retrieval.chunking.types import StoredChunk
 
 DENSE = "dense"
 SPARSE = "sparse"

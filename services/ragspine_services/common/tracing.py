@@ -312,21 +312,7 @@ class TracingClientInterceptor(grpc.UnaryUnaryClientInterceptor):
         if not span.is_recording():
             # Not sampled: only the context travels (so the callee follows the decision); no span to end.
             return continuation(details, request)
-        try:
-            call = continuation(details, request)
-        except BaseException:
-            _end_failed(span, None)
-            span.end()
-            raise
-
-        def done(future: Any) -> None:
-            code = future.code()
-            if code is not grpc.StatusCode.OK:
-                _end_failed(span, code)
-            span.end()
-
-        call.add_done_callback(done)
-        return call
+        return _ended_when_done(span, lambda: continuation(details, request))
 
 
 class TracedChannel(grpc.Channel):
@@ -448,21 +434,30 @@ class _TracedUnaryUnary(grpc.UnaryUnaryMultiCallable):
         span, metadata = self._start(metadata)
         if not span.is_recording():
             return self._inner.future(request, timeout, metadata, credentials, wait_for_ready, compression)
-        try:
-            call = self._inner.future(request, timeout, metadata, credentials, wait_for_ready, compression)
-        except BaseException:
-            _end_failed(span, None)
-            span.end()
-            raise
+        return _ended_when_done(
+            span,
+            lambda: self._inner.future(request, timeout, metadata, credentials, wait_for_ready, compression),
+        )
 
-        def done(future: Any) -> None:
-            code = future.code()
-            if code is not grpc.StatusCode.OK:
-                _end_failed(span, code)
-            span.end()
 
-        call.add_done_callback(done)
-        return call
+def _ended_when_done(span: Any, start: Callable[[], Any]) -> Any:
+    """``start()`` (a call that completes later: a gRPC future), with ``span`` ended when the call ends and
+    marked failed when it ends with another status than OK (or when starting it raises)."""
+    try:
+        call = start()
+    except BaseException:
+        _end_failed(span, None)
+        span.end()
+        raise
+
+    def done(future: Any) -> None:
+        code = future.code()
+        if code is not grpc.StatusCode.OK:
+            _end_failed(span, code)
+        span.end()
+
+    call.add_done_callback(done)
+    return call
 
 
 def _code_of(exc: BaseException) -> grpc.StatusCode | None:
