@@ -97,6 +97,7 @@ class OnnxEmbeddingBackend(_DenseBackend):
         self._query_session_wanted = query_session
         self._query_session: Any = None
         self._query_session_started = False
+        self._query_session_thread: threading.Thread | None = None
         if model_path is None:
             tokenizer_dir = minilm_dir()
             if int8:
@@ -157,7 +158,17 @@ class OnnxEmbeddingBackend(_DenseBackend):
             except Exception as exc:  # queries keep using the main session
                 logger.warning("no separate query session (%s); queries share the main one", exc)
 
-        threading.Thread(target=open_session, name="onnx-query-session", daemon=True).start()
+        # Not a daemon: the interpreter waits for the open to finish before it exits. A process that
+        # ended while onnxruntime was still building the session aborted in onnxruntime's teardown.
+        thread = threading.Thread(target=open_session, name="onnx-query-session", daemon=False)
+        self._query_session_thread = thread
+        thread.start()
+
+    def close(self) -> None:
+        """Wait for the query session being opened in the background, if any (safe to call twice)."""
+        thread = self._query_session_thread
+        if thread is not None:
+            thread.join()
 
     def _embed(self, texts: list[str], *, session: Any = None) -> list[list[float]]:
         encoded = self.tokenizer.encode(texts)

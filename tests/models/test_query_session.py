@@ -73,3 +73,39 @@ def test_reverse_proof_identity_check_catches_a_skewed_session(backend: OnnxEmbe
     backend._query_session = _Skewed(backend._query_session)
     with pytest.raises(AssertionError, match="differs"):
         check_query_vectors_match(backend)
+
+
+_EXIT_RIGHT_AFTER_EMBEDDING = """
+import threading
+if {daemon}:  # the broken variant: the session is opened on a daemon thread the interpreter does not wait for
+    _Thread = threading.Thread
+    class _DaemonThread(_Thread):
+        def __init__(self, *args, **kwargs):
+            kwargs["daemon"] = True
+            super().__init__(*args, **kwargs)
+    threading.Thread = _DaemonThread
+from ragspine.models.dense import OnnxEmbeddingBackend
+OnnxEmbeddingBackend(threads=1).embed_texts(["a passage"])
+"""
+
+
+def _exit_codes(daemon: bool, runs: int) -> list[int]:
+    import subprocess
+    import sys
+
+    script = _EXIT_RIGHT_AFTER_EMBEDDING.format(daemon=daemon)
+    return [
+        subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120).returncode
+        for _ in range(runs)
+    ]
+
+
+def test_a_process_that_exits_while_the_query_session_opens_exits_cleanly() -> None:
+    """The first passage batch starts opening the query session; a process that ends right then (a CLI
+    command, a test) must wait for it rather than abort in onnxruntime's teardown."""
+    assert _exit_codes(daemon=False, runs=3) == [0, 0, 0]
+
+
+def test_reverse_proof_a_daemon_opener_aborts_the_exiting_process() -> None:
+    codes = _exit_codes(daemon=True, runs=5)
+    assert any(code != 0 for code in codes), f"every run exited cleanly: {codes}"
