@@ -90,6 +90,15 @@ def _scalar(cond: Any, field: str, op: str, value: str) -> None:
         cond.string_value = value
 
 
+def _list(cond: Any, field: str, values: list[str]) -> Any:
+    """Set a list value: numbers for a metadata field when every item is one (as ``_scalar`` does)."""
+    if values and field not in _FIXED_FIELDS and all(_NUMBER.match(v) for v in values):
+        cond.number_list_value.values.extend(float(v) for v in values)
+    else:
+        cond.list_value.values.extend(values)
+    return cond
+
+
 def parse_filter(text: str) -> Any:
     """A wire ``FilterCondition`` from one ``--filter``; ``ValueError`` shows the accepted forms."""
     from ragspine_client._gen import retrieval_pb2
@@ -106,9 +115,7 @@ def parse_filter(text: str) -> Any:
         field, op, value = match.group("field"), _OPS[match.group("op")], match.group("value").strip()
         if op == "eq" and "," in value:
             values = [v.strip() for v in value.split(",") if v.strip()]
-            return retrieval_pb2.FilterCondition(
-                field=field, op="in", list_value=retrieval_pb2.StringList(values=values)
-            )
+            return _list(retrieval_pb2.FilterCondition(field=field, op="in"), field, values)
         cond = retrieval_pb2.FilterCondition(field=field, op=op)
         _scalar(cond, field, op, value)
         return cond
@@ -127,7 +134,7 @@ def parse_filter(text: str) -> Any:
             if not value:
                 raise ValueError(f"--filter {text!r}: {op!r} needs a value")
             if op in ("in", "not in"):
-                cond.list_value.values.extend(v.strip() for v in value.split(",") if v.strip())
+                _list(cond, field, [v.strip() for v in value.split(",") if v.strip()])
             else:
                 _scalar(cond, field, op, value)
             return cond

@@ -133,6 +133,15 @@ def test_manifest_sets_ids_fields_and_metadata(server, tmp_path: Path, capsys) -
         "pages": {"number_value": 3.0},
         "signed": {"date_value": "2026-01-15"},
     }
+    # Comma lists of numbers against a number field travel as numbers (as a single number does).
+    for condition, hits in (
+        ("pages=3,4", 1),
+        ("pages in 2, 3", 1),
+        ("pages not in 3", 0),
+        ("dept=ops,hr", 1),
+    ):
+        assert main(["query", "battery plan", "--server", server, "--json", "--filter", condition]) == 0
+        assert len(json.loads(capsys.readouterr().out).get("snippets", [])) == hits, condition
     manifest["documents"][0]["colour"] = "red"
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert main(["ingest", str(tmp_path), "--library", "lib", "--server", server]) == 2

@@ -84,6 +84,16 @@ def test_round_trip_with_typed_results(make_front) -> None:
             "battery", filters=[Filter("dept", "is", "ops"), ("tags", "contains", "field")]
         )
         assert {s.doc_id for s in filtered.snippets} == {"arm"}
+        # A list of numbers is a number list on the wire: it matches the number field "pages" (4.0).
+        assert {
+            s.doc_id for s in client.retrieve("battery", filters=[Filter("pages", "in", [4, 9])]).snippets
+        } == {"arm"}
+        assert not client.retrieve("battery", filters=[Filter("pages", "in", ["4"])]).snippets
+        assert {
+            s.doc_id for s in client.retrieve("battery", filters=[("pages", "between", [3, 5.5])]).snippets
+        } == {"arm"}
+        with pytest.raises(ValueError, match="not both"):
+            Filter("pages", "in", [4, "9"]).to_proto()
         missing = client.retrieve("battery board", filters=[Filter("language", "ne", "zh")])
         assert {s.doc_id for s in missing.snippets} == {"arm"}
         assert [(r.field, r.documents_missing) for r in missing.filter_fields] == [("language", 1)]

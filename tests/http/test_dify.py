@@ -56,6 +56,9 @@ OPERATOR_CASES = [
     ("category", "is not", "finance", {"d1", "d2", "d4"}),
     ("category", "in", ["finance", "sensors"], {"d2", "d3"}),
     ("category", "not in", ["finance", "sensors"], {"d1", "d4"}),
+    # A JSON list of numbers against a number field (it once travelled as strings and matched nothing).
+    ("year", "in", [2021, 2019], {"d1", "d3"}),
+    ("year", "not in", [2021, 2019.0], {"d2", "d4"}),
     ("note", "empty", None, {"d2", "d4"}),
     ("note", "not empty", None, {"d1", "d3"}),
     ("year", "=", 2021, {"d1"}),
@@ -205,6 +208,7 @@ def test_per_library_token_scope(served: Served) -> None:
         (ask(one("category", "frobnicates", "x")), "frobnicates"),
         (ask({"logical_operator": "xor", "conditions": []}), "logical_operator"),
         (ask(query="   "), "query"),
+        (ask(one("year", "in", [2021, "2019"])), "strings or numbers, not both"),
     ],
 )
 def test_bad_requests_get_a_dify_error(served: Served, body: dict[str, Any], needle: str) -> None:

@@ -193,3 +193,29 @@ def test_unpaired_surrogate_where_a_message_is_expected_is_a_400(front: InProces
         front.base, "POST", "/v1/ingest_stream", raw=line, content_type="application/x-ndjson"
     )
     assert (status, body["code"]) == (400, "INVALID_ARGUMENT") and "line 1" in body["message"], body
+
+
+def test_number_list_filters_over_rest(front: InProcess) -> None:
+    """`in` / `between` with JSON numbers (number_list_value) match a number field; the same digits as
+    strings (list_value) do not; a NaN in the list is a 400 naming the field."""
+    status, body = call(front.base, "POST", "/v1/ingest", {"library": "lib-a", "documents": META_DOCS})
+    assert status == 200, body
+
+    def years(cond: dict) -> set[int]:
+        request = {"query": "report", "libraries": ["lib-a"], "top_k": 50, "filters": [cond]}
+        status, answer = call(front.base, "POST", "/v1/retrieve", request)
+        assert status == 200, answer
+        return {int(s["metadata"]["year"]["number_value"]) for s in answer.get("snippets", [])}
+
+    everything = years({"field": "year", "op": "not_empty"})
+    assert {2019, 2021} <= everything
+    assert years({"field": "year", "op": "in", "number_list_value": {"values": [2019, 2021]}}) == {2019, 2021}
+    assert years({"field": "year", "op": "between", "number_list_value": {"values": [2020, 2030]}}) == {
+        y for y in everything if 2020 <= y <= 2030
+    }
+    assert years({"field": "year", "op": "in", "list_value": {"values": ["2019", "2021"]}}) == set()
+    bad = {"field": "year", "op": "in", "number_list_value": {"values": [2019, "NaN"]}}
+    status, answer = call(
+        front.base, "POST", "/v1/retrieve", {"query": "report", "libraries": ["lib-a"], "filters": [bad]}
+    )
+    assert status == 400 and "year" in answer["message"] and "finite" in answer["message"], answer

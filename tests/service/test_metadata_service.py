@@ -45,6 +45,8 @@ DOCS = [
 def _cond(field: str, op: str, value: object = None) -> pb.FilterCondition:
     if value is None:
         return pb.FilterCondition(field=field, op=op)
+    if isinstance(value, list) and value and all(isinstance(v, int | float) for v in value):
+        return pb.FilterCondition(field=field, op=op, number_list_value=pb.NumberList(values=value))
     if isinstance(value, list):
         return pb.FilterCondition(field=field, op=op, list_value=pb.StringList(values=value))
     if isinstance(value, int | float):
@@ -107,6 +109,11 @@ def test_metadata_comes_back_in_snippets(front) -> None:
         ("signed", "after", "date:2024-01-01", ["a"]),
         ("tags", "contains", "ml", ["a", "b"]),
         ("topic", "eq", "robots", []),
+        # Number lists against a number field; the same digits as strings never equal a number.
+        ("pages", "in", [3, 40], ["b", "c"]),
+        ("pages", "not in", [3], ["a", "c"]),
+        ("pages", "between", [3, 12], ["a", "b"]),
+        ("pages", "in", ["3", "40"], []),
     ],
 )
 def test_every_operator_over_the_wire(front, field: str, op: str, value: object, expected: list[str]) -> None:
@@ -161,6 +168,23 @@ def test_bad_metadata_is_invalid_argument_and_stores_nothing(front, metadata: di
         (pb.FilterCondition(field="bad field!", op="eq", string_value="x"), "unknown field"),
         (pb.FilterCondition(field="signed", op="before", date_value="soon"), "ISO 8601"),
         (pb.FilterCondition(field="dept", op="contains"), "set string_value"),
+        (
+            pb.FilterCondition(
+                field="pages", op="in", number_list_value=pb.NumberList(values=[3, float("nan")])
+            ),
+            "finite",
+        ),
+        (
+            pb.FilterCondition(field="pages", op="between", number_list_value=pb.NumberList(values=[12, 3])),
+            "lo <= hi",
+        ),
+        (pb.FilterCondition(field="pages", op="in", number_list_value=pb.NumberList()), "non-empty list"),
+        (
+            pb.FilterCondition(
+                field="pages", op="in", number_list_value=pb.NumberList(values=[1.0] * 10_000)
+            ),
+            "the limit is",
+        ),
     ],
 )
 def test_bad_filters_are_invalid_argument(front, cond: pb.FilterCondition, fragment: str) -> None:

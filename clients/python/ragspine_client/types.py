@@ -31,8 +31,9 @@ class Filter:
 
     ``op``: eq ne in nin gt gte lt lte between, or contains, not_contains, starts_with, ends_with, empty,
     not_empty, before, after (Dify's spellings "is", "not in", "start with", "≥" ... work too). ``value``:
-    a string, a number, a ``date``/``datetime`` (sent as an ISO 8601 date), or a list of strings (in, nin,
-    between); none for empty/not_empty. A field a document lacks never matches, except with ``empty``.
+    a string, a number, a ``date``/``datetime`` (sent as an ISO 8601 date), or a list of strings or of
+    numbers (in, nin, between; numbers for a number field); none for empty/not_empty. A field a document
+    lacks never matches, except with ``empty``.
     """
 
     field: str
@@ -53,7 +54,16 @@ class Filter:
         elif isinstance(value, str):
             cond.string_value = value
         elif isinstance(value, Sequence):
-            cond.list_value.values.extend(str(v) for v in value)
+            items = list(value)
+            if items and all(isinstance(v, int | float) and not isinstance(v, bool) for v in items):
+                # A number field is matched by numbers: [2021, 2022] travels as a number list.
+                cond.number_list_value.values.extend(float(v) for v in items)
+            elif all(isinstance(v, str) for v in items):
+                cond.list_value.values.extend(items)
+            else:
+                raise ValueError(
+                    f"filter {self.field}: a list value holds strings or numbers, not both: {value!r}"
+                )
         else:
             raise ValueError(f"filter {self.field}: unsupported value {value!r}")
         return cond

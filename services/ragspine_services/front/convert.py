@@ -124,9 +124,11 @@ def check_retrieve_request(request: retrieval_pb2.RetrieveRequest) -> None:
         raise ValueError(f"{len(request.filters)} filters; the limit is {MAX_FILTERS}")
     for i, cond in enumerate(request.filters):
         check_text_field(f"filters[{i}].op", cond.op, 16)
-        values = list(cond.list_value.values) if cond.WhichOneof("value") == "list_value" else []
-        if len(values) > MAX_FILTER_VALUES:
-            raise ValueError(f"filters[{i}] has {len(values)} values; the limit is {MAX_FILTER_VALUES}")
+        kind = cond.WhichOneof("value")
+        values = list(cond.list_value.values) if kind == "list_value" else []
+        count = len(cond.number_list_value.values) if kind == "number_list_value" else len(values)
+        if count > MAX_FILTER_VALUES:
+            raise ValueError(f"filters[{i}] has {count} values; the limit is {MAX_FILTER_VALUES}")
         for value in (cond.string_value, cond.date_value, *values):
             if len(value) > MAX_FILTER_VALUE_CHARS:
                 raise ValueError(
@@ -168,9 +170,12 @@ def metadata_filter(
             value = cond.number_value
         elif kind == "list_value":
             value = list(cond.list_value.values)
+        elif kind == "number_list_value":
+            value = list(cond.number_list_value.values)  # a NaN or infinity is refused by the condition
         else:
             raise ValueError(
-                f"filters[{i}] ({cond.field}): set string_value, number_value, list_value or date_value"
+                f"filters[{i}] ({cond.field}): set string_value, number_value, list_value, "
+                "number_list_value or date_value"
             )
         try:
             parsed.append(FilterCondition(cond.field, cond.op or "eq", value))

@@ -498,6 +498,30 @@ class StringList(_message.Message):
 Global___StringList: _TypeAlias = StringList  # noqa: Y015
 
 @_typing.final
+class NumberList(_message.Message):
+    """A list of numbers, for the `in`, `nin` and `between` filter operators on number fields."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The values (finite)."""
+
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NumberList: _TypeAlias = NumberList  # noqa: Y015
+
+@_typing.final
 class FilterCondition(_message.Message):
     """One metadata condition; all conditions of a request must hold (AND) unless combine says OR."""
 
@@ -509,6 +533,7 @@ class FilterCondition(_message.Message):
     NUMBER_VALUE_FIELD_NUMBER: _builtins.int
     LIST_VALUE_FIELD_NUMBER: _builtins.int
     DATE_VALUE_FIELD_NUMBER: _builtins.int
+    NUMBER_LIST_VALUE_FIELD_NUMBER: _builtins.int
     field: _builtins.str
     """Metadata field: topic, entity, geography, period, language, doc_id, title, or a key of the documents'
     arbitrary metadata (Document.metadata).
@@ -528,7 +553,13 @@ class FilterCondition(_message.Message):
     """An ISO 8601 date or date-time (before, after; also the order operators on date fields)."""
     @_builtins.property
     def list_value(self) -> Global___StringList:
-        """A list of values (in, nin; between takes exactly two)."""
+        """A list of strings (in, nin; between takes exactly two). Strings never equal numbers: a number field
+        is compared with number_list_value.
+        """
+
+    @_builtins.property
+    def number_list_value(self) -> Global___NumberList:
+        """A list of numbers (in, nin; between takes exactly two [lo, hi]), for number fields."""
 
     def __init__(
         self,
@@ -539,12 +570,13 @@ class FilterCondition(_message.Message):
         number_value: _builtins.float = ...,
         list_value: Global___StringList | None = ...,
         date_value: _builtins.str = ...,
+        number_list_value: Global___NumberList | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "list_value", b"list_value", "number_value", b"number_value", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "list_value", b"list_value", "number_list_value", b"number_list_value", "number_value", b"number_value", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "field", b"field", "list_value", b"list_value", "number_value", b"number_value", "op", b"op", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["date_value", b"date_value", "field", b"field", "list_value", b"list_value", "number_list_value", b"number_list_value", "number_value", b"number_value", "op", b"op", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["string_value", "number_value", "list_value", "date_value"]  # noqa: Y015
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["string_value", "number_value", "list_value", "date_value", "number_list_value"]  # noqa: Y015
     _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
 

@@ -12,7 +12,8 @@ code 500x/400x. A malformed body (Dify's registration probe sends none) is a 400
 
 Fields as Dify sends them: ``top_k`` and ``score_threshold`` may be null (the server's default, threshold
 off); condition values for the number operators may be numeric strings, for ``in``/``not in`` a
-comma-separated string, for ``before``/``after`` a Unix timestamp.
+comma-separated string (strings) or a JSON list (of strings, or of numbers for a number field), for
+``before``/``after`` a Unix timestamp.
 """
 
 from __future__ import annotations
@@ -100,9 +101,17 @@ def _condition(i: int, raw: Any) -> list[retrieval_pb2.FilterCondition]:
                 raise _bad(f"metadata_condition.conditions[{i}].value must be finite")
             cond.number_value = float(value)
         elif isinstance(value, list):
-            if not all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in value):
-                raise _bad(f"metadata_condition.conditions[{i}].value: a list holds strings or numbers")
-            cond.list_value.values.extend(str(v) for v in value)
+            if all(isinstance(v, str) for v in value):
+                cond.list_value.values.extend(value)
+            elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+                # Numbers stay numbers: a number field is matched by a number list, never by its digits.
+                if not all(math.isfinite(v) for v in value):
+                    raise _bad(f"metadata_condition.conditions[{i}].value: list numbers must be finite")
+                cond.number_list_value.values.extend(float(v) for v in value)
+            else:
+                raise _bad(
+                    f"metadata_condition.conditions[{i}].value: a list holds strings or numbers, not both"
+                )
         elif isinstance(value, str):
             if key in _DATE_OPS and _DATE.match(value.strip()):
                 cond.date_value = value.strip()
