@@ -51,3 +51,37 @@ def test_front_stops_draining_a_library_switched_by_another_process(make_front, 
         pass
     assert _library(front).pending_vectors == 0
     assert drainer.embedded == embedded
+
+
+def _switch_without_a_drainer(make_front, tmp_path, library: str) -> bool:
+    """A front with no drainer (``vector_drain_concurrency=0``) whose library another process switches;
+    True when a query made the conflict show in the metric within a few seconds."""
+    front = make_front(mode="hybrid", data_dir=tmp_path / "data", vector_drain_concurrency=0)
+    assert front.parts.catalog.drainer is None
+    front.stub.Ingest(pb.IngestRequest(library=library, documents=sample_documents()), timeout=30)
+    ask = pb.RetrieveRequest(query="battery swap", libraries=[library], mode=HYBRID, top_k=3)
+    assert "embedding" not in front.stub.Retrieve(ask, timeout=30).degraded
+    assert _conflict(library) in (None, 0.0)
+    NarrativeIndex(
+        ChunkStore(tmp_path / "data" / "libraries" / f"{library}.sqlite"),
+        embedding_backend=DeterministicEmbeddingBackend(dim=32),
+        defer_vectors=True,
+    )
+    try:
+        # Queries check the library's vector space at most once a second.
+        wait_for(lambda: front.stub.Retrieve(ask, timeout=5) and _conflict(library) == 1.0, timeout=4)
+    except AssertionError:
+        return False
+    assert "embedding" in front.stub.Retrieve(ask, timeout=5).degraded
+    return True
+
+
+def test_without_a_drainer_a_query_reports_the_switch(make_front, tmp_path) -> None:
+    assert _switch_without_a_drainer(make_front, tmp_path, "nodrain")
+
+
+def test_reverse_proof_without_the_report_the_metric_stays_unset(make_front, tmp_path, monkeypatch) -> None:
+    import ragspine_services.front.libraries as libraries
+
+    monkeypatch.setattr(libraries, "_report_conflict", lambda *_args: None)
+    assert not _switch_without_a_drainer(make_front, tmp_path, "nodrain-broken")

@@ -167,6 +167,10 @@ class NarrativeIndex:
         self.defer_vectors = defer_vectors
         # Called (with no lock held) whenever new chunks await vectors; a drainer sets it to its wake-up.
         self.on_backlog: Callable[[], None] | None = None
+        # Called (with no lock held) as ``(kind, why)`` when a model conflict appears and ``(kind, None)``
+        # when it goes away, as ``check_vector_spaces`` finds them (a deployment without a drainer reports
+        # conflicts through it; a drainer reports its own).
+        self.on_conflict: Callable[[str, str | None], None] | None = None
         self._sync_lock = threading.Lock()
         self._named_chunkers: dict[str, Callable[..., list[Chunk]]] = {}
         self._doc_chunks: dict[str, list[str]] = {}
@@ -450,6 +454,7 @@ class NarrativeIndex:
         if self._ledger is None:
             return self.model_conflicts
         self._space_checked_at = time.monotonic()
+        changes: list[tuple[str, str | None]] = []  # reported to ``on_conflict`` once no lock is held
         for kind, component in self._components():
             with self._model_lock:
                 model = self._models.get(kind)
@@ -474,15 +479,21 @@ class NarrativeIndex:
                             f" the {kind} channel; restart it configured with {space.model!r} (or switch the"
                             f" library back to {model!r})"
                         )
+                        changes.append((kind, self.model_conflicts[kind]))
                     continue
                 if was is None and self._epochs.get(kind) == space.epoch:
                     continue
                 # Back on this process's model (or switched away and back): start from the store again.
-                self.model_conflicts.pop(kind, None)
+                if self.model_conflicts.pop(kind, None) is not None:
+                    changes.append((kind, None))
                 self._epochs[kind] = space.epoch
                 self.retriever.clear_vectors(kind)
             self._install(kind, self._ledger.load_vectors(kind, model))
             log.info("%s vectors: the library is on this process's model %s again; reloaded", kind, model)
+        hook = self.on_conflict
+        if hook is not None:
+            for kind, why in changes:
+                hook(kind, why)
         return self.model_conflicts
 
     def _install(self, kind: str, stored: dict[str, tuple[int, bytes]]) -> int:

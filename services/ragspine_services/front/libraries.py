@@ -16,6 +16,7 @@ wait is flagged partial.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -50,6 +51,16 @@ if TYPE_CHECKING:
     from ragspine.stores.pg_libraries import PgLibraryDirectory
 
 log = logging.getLogger(__name__)
+
+
+def _report_conflict(library_id: str, kind: str, why: str | None) -> None:
+    """A library's model conflict, found by a query where no drainer runs: one log line and the metric
+    (a drainer logs and reports its own)."""
+    if why is None:
+        log.info("library %s: the %s model matches this process again", library_id, kind)
+    else:
+        log.error("library %s: %s", library_id, why)
+    metrics.LIBRARY_MODEL_CONFLICT.labels(library_id, kind).set(0 if why is None else 1)
 # \Z, not $: "$" also matches before a trailing newline, which would let "lib\n" through.
 _LIBRARY_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _SUFFIX = ".sqlite"
@@ -192,6 +203,8 @@ class Library:
                     )
                     if self.drainer is not None:
                         self.drainer.add(self.library_id, index)
+                    else:  # no drainer to report a model switched by another process: queries find it
+                        index.on_conflict = functools.partial(_report_conflict, self.library_id)
                 self._indexes[lexical] = index
             return index
 
