@@ -8,7 +8,9 @@ and return exactly the same things.
 
 ``visual_pages_version`` holds one counter, bumped in the same transaction as every write that changes
 pages. ``version()`` reads it: a replica compares it with the value its in-memory index was built at and
-re-reads the stored vectors when another replica wrote (nothing is embedded again).
+reads what another replica wrote (nothing is embedded again): the rows stamped after that value
+(``changes_since``, as in the SQLite store; the bump stamps the rows its write changed) and the keys of
+the others.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 
 from ragspine.retrieval.visual.page_store import (
     PAGE_COLUMNS,
+    PageChanges,
     StoredPage,
     check_replace_records,
     check_store_settings,
@@ -51,6 +54,9 @@ _SCHEMA = (
     " text TEXT NOT NULL, encoder TEXT NOT NULL, dtype TEXT NOT NULL, n_vectors INTEGER NOT NULL,"
     " dim INTEGER NOT NULL, blob BYTEA NOT NULL, image_sha TEXT NOT NULL DEFAULT '',"
     " PRIMARY KEY (library, doc_id, page))",
+    # Stamp of the write that last changed the row (-1 until that write's bump); older tables gain it.
+    "ALTER TABLE visual_pages ADD COLUMN IF NOT EXISTS stamp BIGINT NOT NULL DEFAULT -1",
+    "CREATE INDEX IF NOT EXISTS ix_visual_pages_stamp ON visual_pages (stamp)",
     "CREATE INDEX IF NOT EXISTS ix_visual_pages_locator ON visual_pages (locator, library)",
     "CREATE TABLE IF NOT EXISTS visual_pages_version (id INTEGER PRIMARY KEY CHECK (id = 1),"
     " version BIGINT NOT NULL)",
@@ -64,8 +70,18 @@ _UPSERT = (
         for name in (c.strip() for c in PAGE_COLUMNS.split(","))
         if name not in ("library", "doc_id", "page")
     )
+    + ", stamp = -1"
 )
-_BUMP = "UPDATE visual_pages_version SET version = version + 1 WHERE id = 1"
+# The counter row stays locked until commit, so stamps follow the order writes commit in.
+_BUMP = (
+    "UPDATE visual_pages_version SET version = version + 1 WHERE id = 1",
+    "UPDATE visual_pages SET stamp = (SELECT version FROM visual_pages_version WHERE id = 1) WHERE stamp < 0",
+)
+
+
+def _bump(conn: Any) -> None:
+    for statement in _BUMP:
+        conn.execute(statement)
 # Serialises CREATE ... IF NOT EXISTS across replicas starting together (any constant; "RAGP" in ASCII).
 _SCHEMA_LOCK_KEY = 0x52414750
 
@@ -195,7 +211,7 @@ class PgVisualPageStore:
         with self._transaction() as conn:
             with conn.cursor() as cur:
                 cur.executemany(_UPSERT, rows)
-            conn.execute(_BUMP)
+            _bump(conn)
         return len(rows)
 
     def page_digests(self, doc_id: str, *, library: str = "") -> dict[int, tuple[str, str]]:
@@ -265,14 +281,14 @@ class PgVisualPageStore:
                 )
             if plan.updates:
                 cur.executemany(
-                    "UPDATE visual_pages SET sensitivity = %s, metadata = %s, text = %s "
+                    "UPDATE visual_pages SET sensitivity = %s, metadata = %s, text = %s, stamp = -1 "
                     "WHERE library = %s AND doc_id = %s AND page = %s",
                     plan.updates,
                 )
             if plan.rows:
                 cur.executemany(_UPSERT, plan.rows)
         if plan.gone or plan.updates or plan.rows:
-            conn.execute(_BUMP)
+            _bump(conn)
         return len(records)
 
     def delete_doc_in(self, conn: Any, doc_id: str, *, library: str) -> int:
@@ -280,7 +296,7 @@ class PgVisualPageStore:
         cur = conn.execute("DELETE FROM visual_pages WHERE doc_id = %s AND library = %s", (doc_id, library))
         removed = int(cur.rowcount)
         if removed:
-            conn.execute(_BUMP)
+            _bump(conn)
         return removed
 
     def delete_doc(self, doc_id: str, *, library: str | None = None) -> int:
@@ -294,7 +310,7 @@ class PgVisualPageStore:
                 )
             removed = int(cur.rowcount)
             if removed:
-                conn.execute(_BUMP)
+                _bump(conn)
         return removed
 
     # ------------------------------------------------------------------ reads
@@ -304,6 +320,25 @@ class PgVisualPageStore:
         store never written). One indexed single-row read."""
         rows = self._read("SELECT version FROM visual_pages_version WHERE id = 1")
         return int(rows[0][0]) if rows else 0
+
+    def changes_since(self, version: int) -> PageChanges:
+        """The pages changed after ``version`` and the keys of every stored page, read in one snapshot
+        (``VisualPageStore.changes_since``)."""
+        with self._transaction() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            row = conn.execute("SELECT version FROM visual_pages_version WHERE id = 1").fetchone()
+            keys = conn.execute("SELECT library, doc_id, page FROM visual_pages").fetchall()
+            columns = PAGE_COLUMNS + ", octet_length(visual_pages.blob)"
+            rows = conn.execute(
+                f"SELECT {columns} FROM visual_pages WHERE stamp > %s OR stamp < 0"
+                " ORDER BY library, doc_id, page",
+                (int(version),),
+            ).fetchall()
+        return PageChanges(
+            version=int(row[0]) if row else 0,
+            keys=frozenset((str(lib), str(doc), int(page)) for lib, doc, page in keys),
+            changed=tuple(self._to_page(r, True) for r in rows),
+        )
 
     def load(
         self,

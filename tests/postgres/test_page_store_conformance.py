@@ -17,6 +17,13 @@ import pytest
 from ragspine.retrieval.visual.page_store import VisualPageStore
 from ragspine.stores.embedded_pg import EmbeddedPostgres, free_loopback_port
 from ragspine.stores.pg_page_store import PgVisualPageStore
+from tests.visual.test_page_refresh import (  # noqa: F401 - collected here again, once per backend
+    test_a_document_relabelled_restricted_leaves_the_refreshed_index,
+    test_changes_since_hands_out_exactly_the_rows_changed_after_a_version,
+    test_reverse_proof_a_refresh_that_keeps_deleted_pages_is_caught,
+    test_reverse_proof_a_refresh_that_skips_changed_rows_is_caught,
+    test_the_index_follows_every_kind_of_write_from_the_changed_rows,
+)
 from tests.visual.test_visual_store import (  # noqa: F401 - collected here again, once per backend
     _image_records,
     _records,
@@ -154,3 +161,23 @@ def test_vectors_survive_byte_for_byte(pg_server: EmbeddedPostgres, fresh_schema
     with PgVisualPageStore(pg_server.dsn, schema=fresh_schema("exact")) as again:
         for page, original in zip(again.load(), vectors, strict=True):
             assert page.vectors.dtype == np.float32 and np.array_equal(page.vectors, original)
+
+
+def test_a_table_from_before_row_stamps_gains_the_column_and_counts_every_row_changed(
+    pg_server: EmbeddedPostgres, fresh_schema: Any
+) -> None:
+    schema = fresh_schema("legacy")
+    store = PgVisualPageStore(pg_server.dsn, schema=schema)
+    store.put_pages(_records(2), _vectors(2), encoder="enc")
+    store.close()
+    with psycopg.connect(pg_server.dsn, autocommit=True) as admin:  # the table as an earlier release left it
+        admin.execute(f"ALTER TABLE {schema}.visual_pages DROP COLUMN stamp")
+    reopened = PgVisualPageStore(pg_server.dsn, schema=schema)
+    try:
+        version = reopened.version()
+        assert [p.page for p in reopened.changes_since(version).changed] == [1, 2]
+        reopened.put_pages(_records(1, doc="other"), _vectors(1), encoder="enc")
+        assert reopened.changes_since(version + 1).changed == ()
+        assert [p.doc_id for p in reopened.changes_since(version).changed] == ["doc", "doc", "other"]
+    finally:
+        reopened.close()

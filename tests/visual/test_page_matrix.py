@@ -263,3 +263,91 @@ def test_segment_maxsim_of_nothing_is_empty() -> None:
     empty = np.zeros(0, dtype=np.int64)
     out = segment_maxsim(np.ones((2, DIM), np.float32), np.zeros((0, DIM), np.float32), empty, empty, 8)
     assert out.shape == (0,)
+
+
+def test_keeping_no_page_then_appending_scores_like_a_fresh_matrix() -> None:
+    rng = np.random.default_rng(3)
+    blocks = [rng.standard_normal((n, 8)).astype(np.float32) for n in (3, 5, 2)]
+    matrix = PageMatrix(8)
+    matrix.append(blocks)
+    matrix.keep([], spare_rows=7)
+    assert (matrix.n_pages, matrix.n_rows) == (0, 0)
+    matrix.append(blocks[:2])
+    fresh = PageMatrix(8)
+    fresh.append(blocks[:2])
+    query = rng.standard_normal((4, 8)).astype(np.float32)
+    assert np.array_equal(matrix.snapshot().scores(query), fresh.snapshot().scores(query))
+    assert np.array_equal(matrix.snapshot().starts, fresh.snapshot().starts)
+
+
+# --- dead pages: replaced or deleted pages stay in the matrix, unscored, until compaction ---------------
+
+
+def test_dead_pages_are_never_returned_and_compaction_drops_them() -> None:
+    rng = np.random.default_rng(11)
+    blocks = [rng.standard_normal((n, DIM)).astype(np.float32) for n in (4, 6, 3, 5, 2, 8)]
+    matrix = PageMatrix(DIM)
+    matrix.append(blocks)
+    query = rng.standard_normal((5, DIM)).astype(np.float32)
+    before = matrix.snapshot()
+    matrix.kill([4])
+    assert (matrix.dead_pages, matrix.needs_compaction) == (1, False)  # 2 of 28 rows dead
+    matrix.kill([1, 4])
+    view = matrix.snapshot()
+    keep, _ = view.top_k(query, 10, None, _each_alone)
+    assert sorted(int(i) for i in keep) == [0, 2, 3, 5]
+    keep, _ = view.top_k(query, 2, None, _each_alone)
+    assert not {1, 4} & {int(i) for i in keep}
+    assert before.dead is None  # an earlier snapshot is not changed by a later kill
+    assert (matrix.dead_pages, matrix.needs_compaction) == (2, True)  # 8 of 28 rows dead
+    matrix.kill([0])
+    matrix.keep([2, 3, 5])
+    assert (matrix.dead_pages, matrix.n_rows, matrix.snapshot().dead) == (0, 16, None)
+    fresh = PageMatrix(DIM)
+    fresh.append([blocks[2], blocks[3], blocks[5]])
+    assert np.array_equal(matrix.snapshot().scores(query), fresh.snapshot().scores(query))
+
+
+def _each_alone(query: np.ndarray, blocks: list[np.ndarray]) -> np.ndarray:
+    return np.array([maxsim_scores(query, b[None], device="cpu")[0] for b in blocks], dtype=np.float32)
+
+
+def _replace_again_and_again(index_cls: type[VisualPageIndex]) -> VisualPageIndex:
+    """One document replaced over and over (its old rows die each time) beside pages that stay; after
+    every write the index must answer as the plain computation does."""
+    rng = np.random.default_rng(4)
+    vectors: dict[str, np.ndarray] = {}
+    stay = _random_pages(rng, 12, "s", vectors)
+    index = index_cls(VisualPageStore(":memory:"), TableEncoder(vectors), device="cpu")
+    index.add_pages(stay)
+    index.search("warm up", k=1)  # the matrix is built: later writes extend it
+    for round_ in range(8):
+        moving = _random_pages(rng, 3, f"m{round_}-", vectors)
+        moving = [PageRecord("moving", r.page, image=r.image) for r in moving]
+        index.add_pages(moving)
+        check_matches_plain(index, ["q0", "q1"], (1, 4, 50))
+    return index
+
+
+def test_pages_replaced_again_and_again_answer_like_the_plain_computation() -> None:
+    index = _replace_again_and_again(VisualPageIndex)
+    assert index._matrix is not None
+    pages, matrix = index._matrix
+    assert matrix.n_pages == len(pages) and sum(p is None for p in pages) == matrix.dead_pages
+    assert matrix.n_pages < 12 + 3 * 8, "dead pages were never compacted away"
+
+
+class _IgnoresDeadPages(VisualPageIndex):
+    """Broken: the matrix view forgets which pages are dead, so a replaced page's old rows still score."""
+
+    def _matrix_snapshot(self):
+        pages, view = super()._matrix_snapshot()
+        stand_in = [p for p in self._pages if p.doc_id == "moving"][:1] or [None]
+        return [p if p is not None else stand_in[0] for p in pages], MatrixView(
+            view.rows, view.starts, view.counts, view.chunk_rows, view.max_norm
+        )
+
+
+def test_reverse_proof_the_plain_comparison_catches_dead_pages_that_still_score() -> None:
+    with pytest.raises(AssertionError):
+        _replace_again_and_again(_IgnoresDeadPages)

@@ -168,6 +168,7 @@ class LibraryPages:
         self._index: VisualPageIndex | None = None
         self._index_version = -1  # store version the index was built at
         self.last_reused = 0  # pages the last replace_doc kept without embedding them again
+        self.last_refreshed = 0  # pages whose vectors the last refresh of the in-memory index read
         self._dirty: set[str] = set()  # documents written to the store, not yet published to ``external``
         if isinstance(self.store, VisualPageStore) and self.db_path.endswith(CHUNKS_SUFFIX):
             self._fold_legacy(Path(self.db_path))
@@ -204,15 +205,29 @@ class LibraryPages:
         self.store.close()
 
     def index(self) -> VisualPageIndex:
-        """The in-memory index over every stored page, rebuilt from the store (nothing is re-embedded)
-        when the store's version moved since it was built."""
+        """The in-memory index over every stored page, brought up to the store (nothing is re-embedded)
+        when the store's version moved since it was built: with only the pages changed since then when
+        the store can list them (``changes_since``), else by loading every page again."""
         with self._lock:
-            # Read the version before loading: a write landing in between makes the next call rebuild
+            # Read the version before loading: a write landing in between makes the next call refresh
             # again, never leaves newer pages unseen.
             version = self.store.version()
-            if self._index is None or version != self._index_version:
-                self._index = VisualPageIndex(self.store, self.encoder)
-                self._index_version = version
+            if self._index is not None and version == self._index_version:
+                return self._index
+            changes_since = getattr(self.store, "changes_since", None)
+            if self._index is not None and changes_since is not None:
+                changes = changes_since(self._index_version)
+                try:
+                    self._index.apply_changes(changes)
+                except ValueError:
+                    self._index = None  # another encoder's pages: a full load reports it
+                else:
+                    self._index_version = changes.version
+                    self.last_refreshed = len(changes.changed)
+                    return self._index
+            self._index = VisualPageIndex(self.store, self.encoder)
+            self._index_version = version
+            self.last_refreshed = len(self._index)
             return self._index
 
     def has_doc(self, doc_id: str) -> bool:
@@ -292,11 +307,13 @@ class LibraryPages:
         return self.store.delete_doc_in(conn, doc_id, library=self.library_id)
 
     def invalidate(self) -> None:
-        """Drop the in-memory index; the next query rebuilds it from the store (nothing is re-embedded).
-        With an external index, publish the documents written since the last call to it (they stay
-        pending, to be published by the next call, when it raises ``IndexUnavailableError``)."""
+        """Mark the in-memory index stale: the next query brings it up to the store (``index``; nothing
+        is re-embedded). With an external index, publish the documents written since the last call to it
+        (they stay pending, to be published by the next call, when it raises ``IndexUnavailableError``)."""
         with self._lock:
-            self._index = None
+            if getattr(self.store, "changes_since", None) is None:
+                self._index = None
+            # Otherwise the committed write moved the store's version, which the next ``index`` sees.
             dirty = sorted(self._dirty)
         if self.external is not None and dirty:
             self.external.publish(dirty)

@@ -19,7 +19,7 @@ from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.visual.encoders import VisualEncoder
 from ragspine.retrieval.visual.maxsim import _cuda_available, maxsim_scores, pad_pages
 from ragspine.retrieval.visual.page_matrix import MatrixView, PageMatrix
-from ragspine.retrieval.visual.page_store import PageStore, StoredPage
+from ragspine.retrieval.visual.page_store import PageChanges, PageStore, StoredPage
 from ragspine.retrieval.visual.pages import PageRecord
 
 Scorer = Callable[..., np.ndarray]
@@ -33,6 +33,12 @@ def _each_page_alone(query: np.ndarray, blocks: list[np.ndarray]) -> np.ndarray:
     return np.array(
         [maxsim_scores(query, block[None], device="cpu")[0] for block in blocks], dtype=np.float32
     ).reshape(len(blocks))
+
+
+def _live(page: StoredPage | None) -> StoredPage:
+    if page is None:  # top_k never returns a dead page's position
+        raise AssertionError("a dead matrix page was scored")
+    return page
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ class VisualPageIndex:
         self._pages: list[StoredPage] = []
         self._padded: tuple[np.ndarray, np.ndarray] | None = None
         # The float32 scoring matrix (CPU path): its pages, row for row, and the matrix itself.
-        self._matrix: tuple[list[StoredPage], PageMatrix] | None = None
+        self._matrix: tuple[list[StoredPage | None], PageMatrix] | None = None
         self._on_cpu: bool | None = None
         self.last_dropped_restricted = 0
         self._reload()
@@ -137,19 +143,52 @@ class VisualPageIndex:
             self._extend_matrix(replaced, fresh)
         return written
 
+    def apply_changes(self, changes: PageChanges) -> int:
+        """Bring the in-memory copy up to ``changes`` (``PageStore.changes_since`` of the version it was
+        built or last brought up to): pages no longer stored leave it, changed ones replace their old copy;
+        nothing is embedded and only the changed pages' vectors are read. Returns how many pages were added
+        or replaced. Raises ``ValueError`` (leaving the copy as it was) when a changed page was embedded by
+        another encoder."""
+        fresh = [p for p in changes.changed if not is_restricted(p.sensitivity)]
+        foreign = sorted({p.encoder for p in fresh if p.encoder != self.encoder.name})
+        if foreign:
+            raise ValueError(
+                f"store {self.store.db_path!r} holds pages embedded by {foreign}, not {self.encoder.name!r}; "
+                "use a separate store per encoder or re-index"
+            )
+        touched = {(p.library, p.doc_id, p.page) for p in changes.changed}
+        present = changes.keys
+        with self._lock:
+            gone = {
+                key
+                for key in ((p.library, p.doc_id, p.page) for p in self._pages)
+                if key in touched or key not in present
+            }
+            kept = [p for p in self._pages if (p.library, p.doc_id, p.page) not in gone]
+            self._pages = sorted([*kept, *fresh], key=lambda p: (p.library, p.doc_id, p.page))
+            self._padded = None
+            self._extend_matrix(gone, fresh)
+        return len(fresh)
+
     def _extend_matrix(self, replaced: set[tuple[str, str, int]], fresh: list[StoredPage]) -> None:
-        # Called under the lock. Replaced pages leave the matrix (one compaction), fresh ones are appended;
-        # a matrix not built yet is left for the first search to build.
+        # Called under the lock. Replaced pages are marked dead in the matrix (compacted away once dead
+        # rows reach a quarter of it), fresh ones are appended; a matrix not built yet is left for the
+        # first search to build. The page list holds None where the matrix holds a dead page.
         if self._matrix is None:
             return
-        pages, matrix = self._matrix
-        stale = [i for i, p in enumerate(pages) if (p.library, p.doc_id, p.page) in replaced]
-        if stale:
-            gone = set(stale)
-            keep = [i for i in range(len(pages)) if i not in gone]
-            matrix.keep(keep)
-            pages = [pages[i] for i in keep]
+        held, matrix = self._matrix
+        pages: list[StoredPage | None] = list(held)
+        stale = [
+            i for i, p in enumerate(pages) if p is not None and (p.library, p.doc_id, p.page) in replaced
+        ]
+        matrix.kill(stale)
+        for i in stale:
+            pages[i] = None
         try:
+            if matrix.needs_compaction:
+                live = [i for i, p in enumerate(pages) if p is not None]
+                matrix.keep(live, spare_rows=sum(int(p.vectors.shape[0]) for p in fresh))
+                pages = [pages[i] for i in live]
             matrix.append([p.vectors for p in fresh])
         except ValueError:
             self._matrix = None  # a page of another width: let the next search rebuild and report it
@@ -170,22 +209,22 @@ class VisualPageIndex:
             self._on_cpu = name == "cpu" or (name == "auto" and not _cuda_available())
         return self._on_cpu
 
-    def _matrix_snapshot(self) -> tuple[list[StoredPage], MatrixView]:
+    def _matrix_snapshot(self) -> tuple[list[StoredPage | None], MatrixView]:
         with self._lock:
             if self._matrix is None:
-                pages = list(self._pages)
-                widths = {int(p.vectors.shape[1]) for p in pages}
+                pages: list[StoredPage | None] = list(self._pages)
+                widths = {int(p.vectors.shape[1]) for p in self._pages}
                 if len(widths) != 1:
                     raise ValueError(
                         f"pages have different vector widths {sorted(widths)}; one encoder per index"
                     )
                 matrix = PageMatrix(widths.pop(), value_dtype=self._cache_dtype)
-                matrix.append([p.vectors for p in pages])
+                matrix.append([p.vectors for p in self._pages])
                 self._matrix = (pages, matrix)
             pages, matrix = self._matrix
             return pages, matrix.snapshot()
 
-    def _snapshot(self) -> tuple[list[StoredPage], np.ndarray, np.ndarray]:
+    def _snapshot(self) -> tuple[list[StoredPage], np.ndarray, np.ndarray]:  # the padded copy
         # Pages and their padded vectors are taken together so a concurrent add_pages cannot pair one
         # list's indexes with another list's rows.
         with self._lock:
@@ -194,13 +233,16 @@ class VisualPageIndex:
             return self._pages, self._padded[0], self._padded[1]
 
     @staticmethod
-    def _candidates(pages: list[StoredPage], allowed: PagePredicate | Collection[str] | None) -> list[int]:
+    def _candidates(
+        pages: Sequence[StoredPage | None], allowed: PagePredicate | Collection[str] | None
+    ) -> list[int]:
+        """Positions of the pages ``allowed`` admits (None entries: dead matrix pages, never admitted)."""
         if allowed is None:
-            return list(range(len(pages)))
+            return [i for i, p in enumerate(pages) if p is not None]
         if callable(allowed):
-            return [i for i, p in enumerate(pages) if allowed(p)]
+            return [i for i, p in enumerate(pages) if p is not None and allowed(p)]
         wanted = set(allowed)
-        return [i for i, p in enumerate(pages) if p.locator in wanted]
+        return [i for i, p in enumerate(pages) if p is not None and p.locator in wanted]
 
     def search(
         self, query: str, *, k: int = 10, allowed: PagePredicate | Collection[str] | None = None
@@ -220,17 +262,21 @@ class VisualPageIndex:
         if not self._pages:
             return []
         scores: Any
+        chosen: list[StoredPage]  # the scored pages, in the order of ``scores``
         if self._uses_matrix():
-            pages, view = self._matrix_snapshot()
-            candidates = self._candidates(pages, allowed)
+            held, view = self._matrix_snapshot()
+            candidates = self._candidates(held, allowed)
             if not candidates:
                 return []
             query_vecs = self.encoder.embed_queries([query])[0]  # (q, d)
             # Fast float32 scores narrow to the pages that can make the top k; those are scored by the
             # plain computation one page at a time, so ranks and scores are those of maxsim_scores.
-            subset = None if len(candidates) == len(pages) else candidates
+            # Every live page admitted: scored in place (dead ones are never returned), no rows copied.
+            live = len(held) if view.dead is None else len(held) - int(view.dead.sum())
+            subset = None if len(candidates) == live else candidates
             keep, exact = view.top_k(query_vecs, k, subset, _each_page_alone)
-            candidates = [candidates[int(j)] for j in keep]
+            positions = [int(j) for j in keep] if subset is None else [candidates[int(j)] for j in keep]
+            chosen = [_live(held[i]) for i in positions]
             scores = exact
         else:
             pages, vectors, mask = self._snapshot()  # vectors (n, p, d), mask (n, p)
@@ -241,14 +287,14 @@ class VisualPageIndex:
             if len(candidates) < len(pages):
                 index = np.asarray(candidates)
                 vectors, mask = vectors[index], mask[index]
+            chosen = [pages[i] for i in candidates]
             scores = self._scorer(query_vecs, vectors, mask, device=self._device)
         # Ties go by locator, then library (the order of the sorted page list, whatever the matrix order).
         ranked = sorted(
-            range(len(candidates)),
-            key=lambda j: (-float(scores[j]), pages[candidates[j]].locator, pages[candidates[j]].library),
+            range(len(chosen)), key=lambda j: (-float(scores[j]), chosen[j].locator, chosen[j].library)
         )
         leads = []
         for j in ranked[:k]:
-            page = pages[candidates[j]]
+            page = chosen[j]
             leads.append(PageLead(page.doc_id, page.page, page.locator, float(scores[j]), page.library))
         return leads

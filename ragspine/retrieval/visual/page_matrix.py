@@ -13,7 +13,9 @@ for a filtered query, a copy of the allowed pages' rows.
 
 The matrix is immutable to readers: ``snapshot`` hands out views of rows that later writes never modify
 (appends write past the snapshot's end or into a new buffer; removals build a new buffer), so a query
-running beside a write scores a consistent set of pages.
+running beside a write scores a consistent set of pages. A page replaced or deleted by a write can instead
+be marked dead (``kill``): its rows stay, unscored by ``top_k``, until dead rows make up a quarter of the
+matrix (``needs_compaction``), so a small write costs no copy of the whole matrix.
 """
 
 from __future__ import annotations
@@ -54,7 +56,30 @@ class PageMatrix:
         self._used = 0
         self._starts = np.zeros(0, dtype=np.int64)
         self._counts = np.zeros(0, dtype=np.int64)
+        self._dead = np.zeros(0, dtype=bool)  # pages marked dead by ``kill`` (their rows still held)
+        self._dead_rows = 0
         self._max_norm = 0.0  # the largest row norm ever added: an upper bound for the rows held
+
+    @property
+    def dead_pages(self) -> int:
+        return int(self._dead.sum())
+
+    @property
+    def needs_compaction(self) -> bool:
+        """True when dead rows make up a quarter or more of the rows held."""
+        return self._dead_rows > 0 and 4 * self._dead_rows >= self._used
+
+    def kill(self, which: Sequence[int]) -> None:
+        """Mark the pages at positions ``which`` dead: ``top_k`` never returns them; rows stay until a
+        ``keep`` compacts them away."""
+        index = np.asarray(which, dtype=np.int64)
+        if index.size == 0:
+            return
+        dead = self._dead.copy()  # a new array: earlier snapshots keep theirs
+        newly = index[~dead[index]]
+        dead[index] = True
+        self._dead = dead
+        self._dead_rows += int(self._counts[newly].sum())
 
     @property
     def n_pages(self) -> int:
@@ -88,15 +113,28 @@ class PageMatrix:
                 self._max_norm = max(self._max_norm, norm)
         self._starts = np.concatenate([self._starts, starts])
         self._counts = np.concatenate([self._counts, counts])
+        self._dead = np.concatenate([self._dead, np.zeros(len(rows), dtype=bool)])
 
-    def keep(self, which: Sequence[int]) -> None:
-        """Keep only the pages at positions ``which`` (in that order), compacted into a new buffer."""
+    def keep(self, which: Sequence[int], *, spare_rows: int = 0) -> None:
+        """Keep only the pages at positions ``which`` (in that order), compacted into a new buffer with
+        room for ``spare_rows`` more rows (an ``append`` that follows then copies nothing again)."""
         index = np.asarray(which, dtype=np.int64)
         rows = self._row_index(index)
-        self._buffer = self._buffer[rows]  # a new array: earlier snapshots keep theirs
-        self._used = int(rows.shape[0])
+        used = int(rows.shape[0])
+        buffer = np.empty((used + max(0, int(spare_rows)), self.dim), dtype=np.float32)
+        # Copied run by run: kept pages mostly sit back to back (a gather row by row is several times
+        # slower on a large matrix).
+        done = 0
+        for lo, hi in _runs(rows):
+            buffer[done : done + hi - lo] = self._buffer[lo:hi]
+            done += hi - lo
+        self._buffer = buffer  # a new array: earlier snapshots keep theirs
+        self._used = used
         self._counts = self._counts[index]
-        self._starts = np.concatenate([[0], np.cumsum(self._counts)[:-1]]).astype(np.int64)
+        # Page i starts where the pages before it end (no page kept: no start either).
+        self._starts = (np.cumsum(self._counts) - self._counts).astype(np.int64)
+        self._dead = self._dead[index]
+        self._dead_rows = int(self._counts[self._dead].sum())
 
     def _row_index(self, pages: np.ndarray) -> np.ndarray:
         counts = self._counts[pages]
@@ -110,18 +148,41 @@ class PageMatrix:
     def snapshot(self) -> MatrixView:
         """The pages as they are now, for scoring; later writes do not change it."""
         return MatrixView(
-            self._buffer[: self._used], self._starts, self._counts, self.chunk_rows, self._max_norm
+            self._buffer[: self._used],
+            self._starts,
+            self._counts,
+            self.chunk_rows,
+            self._max_norm,
+            dead=self._dead if self._dead.any() else None,
         )
+
+
+def _runs(rows: np.ndarray) -> list[tuple[int, int]]:
+    """``rows`` (increasing row numbers) as half-open runs of consecutive numbers."""
+    if rows.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    firsts = np.concatenate([[0], breaks])
+    lasts = np.concatenate([breaks, [rows.size]])
+    return [(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(firsts, lasts, strict=True)]
 
 
 class MatrixView:
     """A read-only view of a ``PageMatrix``: ``scores`` (fast, float32 GEMM) and ``top_k`` (exact)."""
 
     def __init__(
-        self, rows: np.ndarray, starts: np.ndarray, counts: np.ndarray, chunk_rows: int, max_norm: float
+        self,
+        rows: np.ndarray,
+        starts: np.ndarray,
+        counts: np.ndarray,
+        chunk_rows: int,
+        max_norm: float,
+        *,
+        dead: np.ndarray | None = None,
     ) -> None:
         self.rows, self.starts, self.counts = rows, starts, counts
         self.chunk_rows, self.max_norm = chunk_rows, max_norm
+        self.dead = dead  # pages ``top_k`` must never return when it scores every page (None: none)
         self.dim = int(rows.shape[1])
 
     def _query(self, query_vecs: Any) -> np.ndarray:
@@ -169,8 +230,8 @@ class MatrixView:
         pages: Sequence[int] | None,
         exact: Callable[[np.ndarray, list[np.ndarray]], np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The positions (into ``pages``, or into all pages) that can be among the ``k`` best, and their
-        exact scores from ``exact(query, blocks)``.
+        """The positions (into ``pages``, or into all pages but the dead ones) that can be among the ``k``
+        best, and their exact scores from ``exact(query, blocks)``. ``pages`` must name live pages only.
 
         The fast scores pick every page whose score may reach the k-th best: a page whose fast score is
         more than twice the error bound below the k-th fast score has at least ``k`` pages certainly
@@ -180,12 +241,15 @@ class MatrixView:
         """
         query = self._query(query_vecs)
         fast = self.scores(query, pages)
-        n = fast.shape[0]
+        alive = None if pages is not None or self.dead is None else ~self.dead
+        n = fast.shape[0] if alive is None else int(alive.sum())
         if n > k:
-            kth = float(np.partition(fast, n - k)[n - k])
-            keep = np.flatnonzero(fast >= kth - 2.0 * self.error_bound(query))
+            ranked = fast if alive is None else fast[alive]
+            kth = float(np.partition(ranked, n - k)[n - k])
+            near = fast >= kth - 2.0 * self.error_bound(query)
+            keep = np.flatnonzero(near if alive is None else near & alive)
         else:
-            keep = np.arange(n, dtype=np.int64)
+            keep = np.arange(fast.shape[0], dtype=np.int64) if alive is None else np.flatnonzero(alive)
         ids = keep if pages is None else np.asarray(pages, dtype=np.int64)[keep]
         return keep, exact(query, [self.page_rows(int(i)) for i in ids])
 

@@ -14,8 +14,11 @@ refused: their vectors never reach this table.
 
 A second table, ``visual_pages_version``, holds one counter bumped in the same transaction as every write
 that changes pages, so ``version()`` tells any reader (another connection, another process) that its
-in-memory copy is stale. Row building, validation and decoding live in module functions shared with the
-PostgreSQL store (``ragspine.stores.pg_page_store``), so both backends accept and refuse the same input.
+in-memory copy is stale. Every row carries the ``stamp`` of the write that last changed it (the counter's
+value after that write; -1 until the write's bump stamps it), so ``changes_since(version)`` hands a reader
+only the rows changed after the copy it holds, plus the keys of every stored row (which tells it what was
+deleted). Row building, validation and decoding live in module functions shared with the PostgreSQL store
+(``ragspine.stores.pg_page_store``), so both backends accept and refuse the same input.
 """
 
 from __future__ import annotations
@@ -52,9 +55,11 @@ CREATE TABLE IF NOT EXISTS visual_pages (
     dim         INTEGER NOT NULL,
     blob        BLOB NOT NULL,
     image_sha   TEXT NOT NULL DEFAULT '',
+    stamp       INTEGER NOT NULL DEFAULT -1,
     PRIMARY KEY (library, doc_id, page)
 )
 """
+_STAMP_INDEX = "CREATE INDEX IF NOT EXISTS visual_pages_stamp ON visual_pages (stamp)"
 _VERSION_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS visual_pages_version (id INTEGER PRIMARY KEY CHECK (id = 1), "
     "version INTEGER NOT NULL)"
@@ -84,6 +89,20 @@ class StoredPage:
     vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float16))
     stored_bytes: int = 0
     image_sha: str = ""
+
+
+@dataclass(frozen=True)
+class PageChanges:
+    """What changed in a page store after some version, read from one snapshot of it.
+
+    ``version``: the store's version in that snapshot; ``keys``: the (library, doc_id, page) of every
+    stored page; ``changed``: the stored pages (with vectors) written or updated after the version asked
+    about. A page held from before that is not in ``keys`` was deleted.
+    """
+
+    version: int
+    keys: frozenset[tuple[str, str, int]]
+    changed: tuple[StoredPage, ...]
 
 
 def _encode(vectors: np.ndarray, dtype: str) -> bytes:
@@ -325,6 +344,9 @@ class VisualPageStore:
         columns = {row[1] for row in self._conn.execute("PRAGMA table_info(visual_pages)")}
         if "image_sha" not in columns:  # a store written before image digests: additive migration
             self._conn.execute("ALTER TABLE visual_pages ADD COLUMN image_sha TEXT NOT NULL DEFAULT ''")
+        if "stamp" not in columns:  # a store written before row stamps: every row counts as changed once
+            self._conn.execute("ALTER TABLE visual_pages ADD COLUMN stamp INTEGER NOT NULL DEFAULT -1")
+        self._conn.execute(_STAMP_INDEX)
         self._conn.execute(_VERSION_SCHEMA)
         self._conn.execute("INSERT OR IGNORE INTO visual_pages_version (id, version) VALUES (1, 0)")
         self._conn.commit()
@@ -419,7 +441,7 @@ class VisualPageStore:
         )
         conn.executemany("DELETE FROM visual_pages WHERE library = ? AND doc_id = ? AND page = ?", plan.gone)
         conn.executemany(
-            "UPDATE visual_pages SET sensitivity = ?, metadata = ?, text = ? "
+            "UPDATE visual_pages SET sensitivity = ?, metadata = ?, text = ?, stamp = -1 "
             "WHERE library = ? AND doc_id = ? AND page = ?",
             plan.updates,
         )
@@ -478,8 +500,35 @@ class VisualPageStore:
 
     @staticmethod
     def _bump(conn: sqlite3.Connection) -> None:
-        # Same transaction as the page write: a reader never sees new pages under an old version.
+        # Same transaction as the page write: a reader never sees new pages under an old version. The rows
+        # this write inserted or updated (stamp -1) take the new version as their stamp.
         conn.execute("UPDATE visual_pages_version SET version = version + 1 WHERE id = 1")
+        conn.execute(
+            "UPDATE visual_pages SET stamp = (SELECT version FROM visual_pages_version WHERE id = 1) "
+            "WHERE stamp < 0"
+        )
+
+    def changes_since(self, version: int) -> PageChanges:
+        """The pages changed after ``version`` and the keys of every stored page, from one snapshot (a
+        write committing meanwhile is either wholly in it or wholly after it)."""
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN")  # one read snapshot for the three reads
+            try:
+                row = conn.execute("SELECT version FROM visual_pages_version WHERE id = 1").fetchone()
+                keys = conn.execute("SELECT library, doc_id, page FROM visual_pages").fetchall()
+                rows = conn.execute(
+                    f"SELECT {_COLUMNS} FROM visual_pages WHERE stamp > ? OR stamp < 0 "
+                    "ORDER BY library, doc_id, page",
+                    (int(version),),
+                ).fetchall()
+            finally:
+                conn.rollback()
+        return PageChanges(
+            version=int(row[0]) if row else 0,
+            keys=frozenset((str(lib), str(doc), int(page)) for lib, doc, page in keys),
+            changed=tuple(self._row_to_page(r, True) for r in rows),
+        )
 
     def version(self) -> int:
         """A counter that grows with every committed write that changed pages, through any connection or
