@@ -192,3 +192,20 @@ def test_bad_filters_are_invalid_argument(front, cond: pb.FilterCondition, fragm
         _ask(front, cond)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert fragment in info.value.details()
+
+
+def test_a_number_list_on_a_fixed_field_names_its_digits(front) -> None:
+    """The fixed fields (period, doc_id, ...) hold strings: ``period in [2021]`` means the period "2021"."""
+    doc = pb.Document(doc_id="2021", text="The harvest robot report for the year.", period="2021")
+    front.stub.Ingest(pb.IngestRequest(library="years", documents=[doc]), timeout=10)
+
+    def hits(field: str, values: list[float]) -> list[str]:
+        cond = pb.FilterCondition(field=field, op="in", number_list_value=pb.NumberList(values=values))
+        request = pb.RetrieveRequest(
+            query="harvest robot report", libraries=["years"], filters=[cond], top_k=5
+        )
+        return sorted({s.doc_id for s in front.stub.Retrieve(request, timeout=10).snippets})
+
+    assert hits("period", [2020, 2021]) == ["2021"]
+    assert hits("doc_id", [2021.0]) == ["2021"]
+    assert hits("period", [2021.5]) == []

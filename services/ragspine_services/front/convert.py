@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -172,6 +173,9 @@ def metadata_filter(
             value = list(cond.list_value.values)
         elif kind == "number_list_value":
             value = list(cond.number_list_value.values)  # a NaN or infinity is refused by the condition
+            if cond.field in FILTER_FIELDS and all(math.isfinite(v) for v in value):
+                # The fixed fields hold strings: a number names its digits there (period in [2021]).
+                value = [str(int(v)) if v.is_integer() else repr(v) for v in value]
         else:
             raise ValueError(
                 f"filters[{i}] ({cond.field}): set string_value, number_value, list_value, "
