@@ -65,10 +65,10 @@ class VisualPageIndex:
     bytes per page (plus up to half that in spare capacity after appends), built once and then kept up to
     date by each write: new and replaced pages are appended, replaced and deleted ones marked dead (never
     returned; compacted away once dead rows reach a quarter of the matrix); a query is then one matrix
-    product and a segmented max, with no conversion. Otherwise (an injected scorer, or CUDA) the copy is padded,
-    ``pages x max_vectors x dim`` in ``cache_dtype``, and handed to the scorer. Raises ``ValueError`` for
-    another cache dtype, or when the store already holds pages embedded by a different encoder (mixing
-    embedding spaces would rank silently wrong).
+    product and a segmented max, with no conversion. Otherwise (an injected scorer, or CUDA) the copy is
+    padded, ``pages x max_vectors x dim`` in ``cache_dtype``, and handed to the scorer. Raises
+    ``ValueError`` for another cache dtype, or when the store already holds pages embedded by a different
+    encoder (mixing embedding spaces would rank silently wrong).
     """
 
     def __init__(
