@@ -207,3 +207,18 @@ def test_a_document_relabelled_restricted_leaves_the_refreshed_index(make_store:
     assert pages.index().search("board restructuring", k=5) == []
     assert pages.last_refreshed == 0
     _same_as_a_fresh_index(pages, make_store)
+
+
+def test_a_writer_that_does_not_stamp_rows_still_gets_seen(tmp_path: Path) -> None:
+    """A writer of an earlier release (during an upgrade) updates rows in place and bumps the version
+    without stamping them: the reader finds no changed row and no changed key, and loads every page."""
+    path = tmp_path / "pages.sqlite"
+    writer = VisualPageStore(path)
+    _write(writer, "a", ["harvest robot arm", "battery swap"])
+    pages = LibraryPages(LIB, VisualPageStore(path), WordEncoder())
+    assert all(not p.metadata for p in pages.index()._pages)
+    with sqlite3.connect(path) as conn:  # what the earlier release's replace_doc did for a metadata change
+        conn.execute("UPDATE visual_pages SET metadata = ? WHERE doc_id = 'a'", ('{"topic": "finance"}',))
+        conn.execute("UPDATE visual_pages_version SET version = version + 1 WHERE id = 1")
+    assert [dict(p.metadata) for p in pages.index()._pages] == [{"topic": "finance"}] * 2
+    assert pages.last_refreshed == 2  # every page loaded again

@@ -217,14 +217,17 @@ class LibraryPages:
             changes_since = getattr(self.store, "changes_since", None)
             if self._index is not None and changes_since is not None:
                 changes = changes_since(self._index_version)
-                try:
-                    self._index.apply_changes(changes)
-                except ValueError:
-                    self._index = None  # another encoder's pages: a full load reports it
-                else:
-                    self._index_version = changes.version
-                    self.last_refreshed = len(changes.changed)
-                    return self._index
+                if changes.changed or changes.keys != self._index.keys():
+                    try:
+                        self._index.apply_changes(changes)
+                    except ValueError:
+                        self._index = None  # another encoder's pages: a full load reports it
+                    else:
+                        self._index_version = changes.version
+                        self.last_refreshed = len(changes.changed)
+                        return self._index
+                # Otherwise the version moved with no stamped row and no key changed: a writer that does
+                # not stamp rows (an earlier release, during an upgrade) changed pages in place. Load all.
             self._index = VisualPageIndex(self.store, self.encoder)
             self._index_version = version
             self.last_refreshed = len(self._index)

@@ -144,6 +144,11 @@ class VisualPageIndex:
             self._extend_matrix(replaced, fresh)
         return written
 
+    def keys(self) -> frozenset[tuple[str, str, int]]:
+        """The (library, doc_id, page) of every page held."""
+        with self._lock:
+            return frozenset((p.library, p.doc_id, p.page) for p in self._pages)
+
     def apply_changes(self, changes: PageChanges) -> int:
         """Bring the in-memory copy up to ``changes`` (``PageStore.changes_since`` of the version it was
         built or last brought up to): pages no longer stored leave it, changed ones replace their old copy;
