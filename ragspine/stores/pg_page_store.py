@@ -57,6 +57,10 @@ _SCHEMA = (
     # Stamp of the write that last changed the row (-1 until that write's bump); older tables gain it.
     "ALTER TABLE visual_pages ADD COLUMN IF NOT EXISTS stamp BIGINT NOT NULL DEFAULT -1",
     "CREATE INDEX IF NOT EXISTS ix_visual_pages_stamp ON visual_pages (stamp)",
+    # An update that leaves the stamp as it was comes from a writer that does not stamp rows (an earlier
+    # release, during an upgrade): the row is marked changed (-1) so that ``changes_since`` hands it out.
+    "CREATE OR REPLACE FUNCTION visual_pages_unstamped() RETURNS trigger LANGUAGE plpgsql AS $$"
+    " BEGIN IF NEW.stamp = OLD.stamp AND NEW.stamp >= 0 THEN NEW.stamp := -1; END IF; RETURN NEW; END $$",
     "CREATE INDEX IF NOT EXISTS ix_visual_pages_locator ON visual_pages (locator, library)",
     "CREATE TABLE IF NOT EXISTS visual_pages_version (id INTEGER PRIMARY KEY CHECK (id = 1),"
     " version BIGINT NOT NULL)",
@@ -71,6 +75,13 @@ _UPSERT = (
         if name not in ("library", "doc_id", "page")
     )
     + ", stamp = -1"
+)
+_TRIGGER_EXISTS = (
+    "SELECT 1 FROM pg_trigger WHERE tgname = 'visual_pages_unstamped' AND tgrelid = 'visual_pages'::regclass"
+)
+_TRIGGER = (
+    "CREATE TRIGGER visual_pages_unstamped BEFORE UPDATE ON visual_pages FOR EACH ROW"
+    " EXECUTE FUNCTION visual_pages_unstamped()"
 )
 # The counter row stays locked until commit, so stamps follow the order writes commit in.
 _BUMP = (
@@ -163,6 +174,8 @@ class PgVisualPageStore:
                 )
             for statement in _SCHEMA:
                 conn.execute(statement)
+            if conn.execute(_TRIGGER_EXISTS).fetchone() is None:
+                conn.execute(_TRIGGER)
 
     def close(self) -> None:
         """Close the connection. Safe to call twice; any later call raises ``ValueError``."""

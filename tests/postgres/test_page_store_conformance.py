@@ -19,9 +19,12 @@ from ragspine.stores.embedded_pg import EmbeddedPostgres, free_loopback_port
 from ragspine.stores.pg_page_store import PgVisualPageStore
 from tests.visual.test_page_refresh import (  # noqa: F401 - collected here again, once per backend
     test_a_document_relabelled_restricted_leaves_the_refreshed_index,
+    test_a_writer_that_does_not_stamp_rows_still_gets_seen,
+    test_an_unstamped_update_in_the_same_window_as_a_stamped_write_is_seen,
     test_changes_since_hands_out_exactly_the_rows_changed_after_a_version,
     test_reverse_proof_a_refresh_that_keeps_deleted_pages_is_caught,
     test_reverse_proof_a_refresh_that_skips_changed_rows_is_caught,
+    test_reverse_proof_without_the_trigger_the_mixed_window_is_missed,
     test_the_index_follows_every_kind_of_write_from_the_changed_rows,
 )
 from tests.visual.test_visual_store import (  # noqa: F401 - collected here again, once per backend

@@ -188,6 +188,7 @@ def test_a_store_from_before_row_stamps_gains_the_column_and_counts_every_row_ch
     _write(store, "a", ["one", "two"])
     store.close()
     with sqlite3.connect(path) as conn:  # the file as an earlier release left it
+        conn.execute("DROP TRIGGER visual_pages_unstamped")
         conn.execute("DROP INDEX visual_pages_stamp")
         conn.execute("ALTER TABLE visual_pages DROP COLUMN stamp")
     reopened = VisualPageStore(path)
@@ -209,16 +210,71 @@ def test_a_document_relabelled_restricted_leaves_the_refreshed_index(make_store:
     _same_as_a_fresh_index(pages, make_store)
 
 
-def test_a_writer_that_does_not_stamp_rows_still_gets_seen(tmp_path: Path) -> None:
+def _earlier_release_writes(store: Any, *statements: str) -> None:
+    """Run ``statements`` and bump the version in one transaction on ``store``'s database, as a writer of
+    an earlier release did: rows changed in place, no stamp touched."""
+    bump = "UPDATE visual_pages_version SET version = version + 1 WHERE id = 1"
+    if isinstance(store, VisualPageStore):
+        with store._lock, store._conn:
+            for statement in (*statements, bump):
+                store._conn.execute(statement)
+    else:  # PostgreSQL: the same SQL on the store's connection (search_path = its schema)
+        with store._transaction() as conn:
+            for statement in (*statements, bump):
+                conn.execute(statement)
+
+
+def _drop_unstamped_trigger(store: Any) -> None:
+    if isinstance(store, VisualPageStore):
+        with store._lock, store._conn:
+            store._conn.execute("DROP TRIGGER visual_pages_unstamped")
+    else:
+        with store._transaction() as conn:
+            conn.execute("DROP TRIGGER visual_pages_unstamped ON visual_pages")
+
+
+def test_a_writer_that_does_not_stamp_rows_still_gets_seen(make_store: Callable[..., Any]) -> None:
     """A writer of an earlier release (during an upgrade) updates rows in place and bumps the version
-    without stamping them: the reader finds no changed row and no changed key, and loads every page."""
-    path = tmp_path / "pages.sqlite"
-    writer = VisualPageStore(path)
+    without stamping them: the store marks those rows changed, and the reader reads them."""
+    writer = make_store()
     _write(writer, "a", ["harvest robot arm", "battery swap"])
-    pages = LibraryPages(LIB, VisualPageStore(path), WordEncoder())
+    _write(writer, "b", ["quarterly revenue table"])
+    pages = LibraryPages(LIB, make_store(), WordEncoder())
     assert all(not p.metadata for p in pages.index()._pages)
-    with sqlite3.connect(path) as conn:  # what the earlier release's replace_doc did for a metadata change
-        conn.execute("UPDATE visual_pages SET metadata = ? WHERE doc_id = 'a'", ('{"topic": "finance"}',))
-        conn.execute("UPDATE visual_pages_version SET version = version + 1 WHERE id = 1")
-    assert [dict(p.metadata) for p in pages.index()._pages] == [{"topic": "finance"}] * 2
-    assert pages.last_refreshed == 2  # every page loaded again
+    _earlier_release_writes(
+        writer, """UPDATE visual_pages SET metadata = '{"topic": "finance"}' WHERE doc_id = 'a'"""
+    )
+    assert [dict(p.metadata) for p in pages.index()._pages if p.doc_id == "a"] == [{"topic": "finance"}] * 2
+    assert pages.last_refreshed == 2  # the two updated pages, not b's
+    _same_as_a_fresh_index(pages, make_store)
+
+
+def _mixed_window(make_store: Callable[..., Any], *, trigger: bool) -> LibraryPages:
+    """Between two refreshes: an earlier release's in-place update of a, then a stamped write of b."""
+    writer = make_store()
+    _write(writer, "a", ["harvest robot arm", "battery swap"])
+    _write(writer, "b", ["quarterly revenue table"])
+    pages = LibraryPages(LIB, make_store(), WordEncoder())
+    pages.index().search("warm up", k=3)
+    if not trigger:
+        _drop_unstamped_trigger(writer)
+    _earlier_release_writes(
+        writer, "UPDATE visual_pages SET sensitivity = 'CONFIDENTIAL', text = 'relabelled' WHERE doc_id = 'a'"
+    )
+    _write(writer, "b", ["revenue by region", "quarterly revenue table"])
+    return pages
+
+
+def test_an_unstamped_update_in_the_same_window_as_a_stamped_write_is_seen(
+    make_store: Callable[..., Any],
+) -> None:
+    pages = _mixed_window(make_store, trigger=True)
+    _same_as_a_fresh_index(pages, make_store)
+    assert {p.doc_id: p.sensitivity for p in pages.index()._pages}["a"] == "CONFIDENTIAL"
+    assert pages.last_refreshed == 4  # a's two updated pages and b's two new ones: nothing else read
+
+
+def test_reverse_proof_without_the_trigger_the_mixed_window_is_missed(make_store: Callable[..., Any]) -> None:
+    pages = _mixed_window(make_store, trigger=False)
+    with pytest.raises(AssertionError):
+        _same_as_a_fresh_index(pages, make_store)

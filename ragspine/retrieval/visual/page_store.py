@@ -17,8 +17,9 @@ that changes pages, so ``version()`` tells any reader (another connection, anoth
 in-memory copy is stale. Every row carries the ``stamp`` of the write that last changed it (the counter's
 value after that write; -1 until the write's bump stamps it), so ``changes_since(version)`` hands a reader
 only the rows changed after the copy it holds, plus the keys of every stored row (which tells it what was
-deleted). Row building, validation and decoding live in module functions shared with the PostgreSQL store
-(``ragspine.stores.pg_page_store``), so both backends accept and refuse the same input.
+deleted). A trigger marks a row updated in place without a new stamp (by a writer of an earlier release)
+as changed too. Row building, validation and decoding live in module functions shared with the PostgreSQL
+store (``ragspine.stores.pg_page_store``), so both backends accept and refuse the same input.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ CREATE TABLE IF NOT EXISTS visual_pages (
 )
 """
 _STAMP_INDEX = "CREATE INDEX IF NOT EXISTS visual_pages_stamp ON visual_pages (stamp)"
+# An update that leaves the stamp as it was comes from a writer that does not stamp rows (an earlier
+# release, during an upgrade): the row is marked changed (-1) so that ``changes_since`` hands it out. The
+# trigger lives in the file, so it fires for every connection, whatever code wrote.
+_UNSTAMPED_TRIGGER = (
+    "CREATE TRIGGER IF NOT EXISTS visual_pages_unstamped AFTER UPDATE ON visual_pages FOR EACH ROW "
+    "WHEN NEW.stamp = OLD.stamp AND NEW.stamp >= 0 "
+    "BEGIN UPDATE visual_pages SET stamp = -1 WHERE rowid = NEW.rowid; END"
+)
 _VERSION_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS visual_pages_version (id INTEGER PRIMARY KEY CHECK (id = 1), "
     "version INTEGER NOT NULL)"
@@ -347,6 +356,7 @@ class VisualPageStore:
         if "stamp" not in columns:  # a store written before row stamps: every row counts as changed once
             self._conn.execute("ALTER TABLE visual_pages ADD COLUMN stamp INTEGER NOT NULL DEFAULT -1")
         self._conn.execute(_STAMP_INDEX)
+        self._conn.execute(_UNSTAMPED_TRIGGER)
         self._conn.execute(_VERSION_SCHEMA)
         self._conn.execute("INSERT OR IGNORE INTO visual_pages_version (id, version) VALUES (1, 0)")
         self._conn.commit()
