@@ -18,6 +18,7 @@ import numpy as np
 
 from ragspine.models.batching import BatchPolicy, run_batched
 from ragspine.models.device import make_onnx_session, select_device, select_dtype
+from ragspine.models.onnx_graph import lean_model
 from ragspine.models.packaged import minilm_dir, minilm_int8_onnx, require, resolve_model_dir
 from ragspine.models.tokenization import TextTokenizer, check_texts, l2_normalise, mean_pool
 
@@ -115,7 +116,11 @@ class OnnxEmbeddingBackend(_DenseBackend):
             tokenizer_dir = Path(tokenizer_path)
         self.tokenizer = TextTokenizer.from_dir(tokenizer_dir, max_length)
         self._onnx_file, self._device = onnx_file, device
-        self._onnx = make_onnx_session(onnx_file, device=device, threads=threads)
+        # The lean rewrite of the graph (None: nothing to rewrite), kept until the query session opens it.
+        self._graph: str | bytes | None = lean_model(Path(onnx_file))
+        self._onnx = make_onnx_session(onnx_file, device=device, threads=threads, graph=self._graph)
+        if not query_session:
+            self._graph = None
         self.provider = self._onnx.provider
         self._input_names = [i.name for i in self._onnx.session.get_inputs()]
         output = self._onnx.session.get_outputs()[0]
@@ -145,15 +150,17 @@ class OnnxEmbeddingBackend(_DenseBackend):
         if self._query_session_started or not self._query_session_wanted:
             return
         if self.provider != "CPUExecutionProvider":  # a GPU session does not queue queries on a CPU pool
+            self._graph = None
             return
         with self._lock:
             if self._query_session_started:
                 return
             self._query_session_started = True
+        graph, self._graph = self._graph, None
 
         def open_session() -> None:
             try:
-                opened = make_onnx_session(self._onnx_file, device=self._device, threads=1)
+                opened = make_onnx_session(self._onnx_file, device=self._device, threads=1, graph=graph)
                 self._query_session = opened.session
             except Exception as exc:  # queries keep using the main session
                 logger.warning("no separate query session (%s); queries share the main one", exc)

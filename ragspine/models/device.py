@@ -80,13 +80,24 @@ def onnx_providers(device: str = "auto") -> list[str]:
 
 
 def make_onnx_session(
-    model_path: str | Path, *, device: str = "auto", threads: int | None = None, spin: bool = False
+    model_path: str | Path,
+    *,
+    device: str = "auto",
+    threads: int | None = None,
+    spin: bool = False,
+    lean: bool = True,
+    graph: str | bytes | None = None,
 ) -> OnnxSession:
     """Open an inference session on ``model_path`` and record the provider it actually got.
 
     ``threads`` sets intra-op threads (None = onnxruntime's default, all cores). ``spin=False`` stops idle
     worker threads from busy-waiting between operators: on a shared or oversubscribed host spinning steals
-    the cores that the other threads (and processes) need. Raises ``ValueError`` when
+    the cores that the other threads (and processes) need. ``lean`` (default) runs the graph with its
+    repeated attention masks built once and its softmax NaN guards dropped
+    (:func:`ragspine.models.onnx_graph.lean_model`: exact, the same outputs bit for bit; ``model_path``
+    itself is not changed, a rewritten copy is cached). ``graph``: that rewrite of ``model_path`` found
+    earlier (``lean_model``'s path or bytes), to open a second session without looking again. A rewrite
+    onnxruntime cannot load falls back to ``model_path`` with a warning. Raises ``ValueError`` when
     the file is missing or not a loadable ONNX model, or CUDA was required and the session fell back to CPU.
     """
     ort = require("onnxruntime")
@@ -104,10 +115,20 @@ def make_onnx_session(
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     requested = onnx_providers(device)
+    source: str | bytes = str(path)
+    if graph is not None:
+        source = graph
+    elif lean:
+        from ragspine.models.onnx_graph import lean_model
+
+        source = lean_model(path) or source
     try:
-        session = ort.InferenceSession(str(path), sess_options=options, providers=requested)
+        session = ort.InferenceSession(source, sess_options=options, providers=requested)
     except Exception as exc:  # onnxruntime raises its own exception types for corrupt/unsupported graphs
-        raise ValueError(f"ONNX model {str(path)!r} could not be loaded: {exc}") from exc
+        if source == str(path):
+            raise ValueError(f"ONNX model {str(path)!r} could not be loaded: {exc}") from exc
+        logger.warning("lean rewrite of %s could not be loaded (%s); opening the file as it is", path, exc)
+        return make_onnx_session(path, device=device, threads=threads, spin=spin, lean=False)
     # A CUDA provider that fails to initialise (driver/library mismatch) silently degrades to CPU:
     # report what the session really runs on, and refuse when CUDA was demanded.
     actual = session.get_providers()[0]

@@ -13,11 +13,8 @@ A token's scale depends on that token alone, so a text's vector is the same what
 in (onnxruntime's ``quantize_dynamic`` scales a whole batch with one number, so one long text moves the
 vectors of the others). An input shared by several products (query, key and value) is quantised once.
 
-``simplify_attention_masks`` runs first; it is exact. Exports of Hugging Face encoders build the same
-additive attention mask (``Where(mask, 0, -inf)``) in every layer and, after each softmax, replace NaN
-by 0 (``Where(IsNaN(p), 0, p)``), which only a row with every key masked can produce; a text always
-attends to its own ``[CLS]`` token, so no such row exists. The mask is built once and the NaN guard is
-dropped.
+``simplify_attention_masks`` (``ragspine.models.onnx_graph``) runs first; it is exact: the attention mask
+is built once and the softmax NaN guards are dropped.
 """
 
 from __future__ import annotations
@@ -30,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ragspine.models.onnx_graph import simplify_attention_masks
 from ragspine.models.packaged import require
 
 logger = logging.getLogger(__name__)
@@ -37,74 +35,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["quantise_per_token", "simplify_attention_masks"]
 
 _EPS = 1e-8  # smallest row maximum: an all-zero row gets scale eps / 127 instead of dividing by zero
-
-
-def simplify_attention_masks(graph: Any) -> int:
-    """Build each distinct ``Where(cond, const, const)`` once and drop ``Where(IsNaN(p), 0, p)`` guards, in
-    place (see the module docstring). Returns the number of nodes removed."""
-    numpy_helper = require("onnx").numpy_helper
-    producer = {out: node for node in graph.node for out in node.output}
-    readers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
-
-    def constant(name: str) -> np.ndarray | None:
-        node = producer.get(name)
-        if node is None or node.op_type != "Constant" or len(node.attribute) != 1:
-            return None
-        attr = node.attribute[0]
-        return numpy_helper.to_array(attr.t) if attr.name == "value" else None
-
-    def is_zero(name: str) -> bool:
-        value = constant(name)
-        return value is not None and value.size == 1 and float(value.reshape(-1)[0]) == 0.0
-
-    rename: dict[str, str] = {}
-    dropped: set[int] = set()
-    first: dict[tuple[str, bytes, bytes], str] = {}
-    for node in graph.node:
-        if node.op_type != "Where":
-            continue
-        cond = producer.get(node.input[0])
-        if (
-            cond is not None
-            and cond.op_type == "IsNaN"
-            and cond.input[0] == node.input[2]
-            and readers.get(cond.output[0]) == 1
-            and is_zero(node.input[1])
-        ):
-            rename[node.output[0]] = node.input[2]
-            dropped.update((id(node), id(cond)))
-            continue
-        when_true, when_false = constant(node.input[1]), constant(node.input[2])
-        if when_true is None or when_false is None:
-            continue
-        key = (
-            node.input[0],
-            when_true.dtype.str.encode() + repr(when_true.shape).encode() + when_true.tobytes(),
-            when_false.dtype.str.encode() + repr(when_false.shape).encode() + when_false.tobytes(),
-        )
-        if key in first:
-            rename[node.output[0]] = first[key]
-            dropped.add(id(node))
-        else:
-            first[key] = node.output[0]
-    if not dropped or {o.name for o in graph.output} & set(rename):
-        return 0  # nothing to do, or a graph output would lose its producer: leave the graph as it is
-    kept = [node for node in graph.node if id(node) not in dropped]
-    for node in kept:
-        for i, name in enumerate(node.input):
-            while name in rename:
-                name = rename[name]
-            node.input[i] = name
-    # Constants only the dropped nodes read go too (onnxruntime warns about each one left unused).
-    read = {name for node in kept for name in node.input} | {o.name for o in graph.output}
-    unread = {id(n) for n in kept if n.op_type == "Constant" and not any(o in read for o in n.output)}
-    kept = [node for node in kept if id(node) not in unread]
-    graph.ClearField("node")
-    graph.node.extend(kept)
-    return len(dropped) + len(unread)
 
 
 def _quantise_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
