@@ -206,7 +206,10 @@ def test_colbert_export_is_cached(colbert_dir: Path, fresh_cache: Path, export_c
     ColBERTReranker(colbert_dir, device="cpu", runtime="onnx")
     ColBERTReranker(colbert_dir, device="cpu", runtime="onnx")
     assert len(export_calls) == 1 and "colbert" in export_calls[0].name
-    assert [p.name for p in fresh_cache.iterdir()] == [export_calls[0].name]
+    assert [p.name for p in fresh_cache.iterdir() if p.is_file()] == [export_calls[0].name]
+    # Beside it, the lean rewrite both sessions opened (``ragspine.models.onnx_graph``), made once.
+    lean = list((fresh_cache / "lean").iterdir())
+    assert len(lean) == 1 and lean[0].name.endswith("-lean.onnx")
 
 
 def test_failed_export_leaves_no_file(
