@@ -7,6 +7,9 @@ Stages, each timed over the same judged queries (top 100, or --top N for both si
   bm25s_pool   the same with ``n_threads=1``, as earlier rounds of this benchmark ran it (a thread pool
                started per call): kept so older figures can be compared
   raw          our InvertedIndex.search on pre-tokenised queries
+  floor        tokenising + our kernel + the least a snippet dict can be (a copy of the chunk's provenance
+               fields plus a scores dict per result): what any ``list[dict]`` answer costs above the kernel,
+               with no pipeline, exits, glossary or store check
   search       HybridRetriever.search (tokenising, filters, RRF, RetrievalResult objects)
   retrieve     NarrativeIndex.retrieve (store change-log check, glossary multi-query)
   snippets     NarrativeIndexRetriever.retrieve: the whole retrieval pipeline (ragspine.retrieval.pipeline:
@@ -39,6 +42,7 @@ import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
+from typing import Any, cast  # noqa: E402
 
 from ragspine.eval.harness import ingest_dataset  # noqa: E402
 from ragspine.retrieval.assembly import assemble_index  # noqa: E402
@@ -47,7 +51,7 @@ from ragspine.retrieval.lexical.tokenizer import tokenize  # noqa: E402
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 
-STAGES = ("bm25s", "bm25s_pool", "raw", "search", "retrieve", "snippets")
+STAGES = ("bm25s", "bm25s_pool", "raw", "floor", "search", "retrieve", "snippets")
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 TOP = 100  # default depth: the judged-query evaluations read the top 100
 
@@ -125,11 +129,23 @@ def main() -> int:
         index = assemble_index(store, Settings(retrieval_mode=args.mode), max_chars=1_000_000)
         ingest_docs_per_s = ingest_dataset(index, dataset)
         lex = index.retriever._lex
+        chunks = index.retriever._chunks
         link = NarrativeIndexRetriever(index)
+
+        def floor(text: str, _tokens: list[str]) -> object:
+            keys, scores = lex.search_columns(tokenize(text), top)
+            out = []
+            for key, score in zip(keys, scores, strict=True):
+                snippet = cast("dict[str, Any]", chunks[key].snippet_fields.copy())
+                snippet["scores"] = {"bm25": score, "vector": 0.0, "fused": 0.0}
+                out.append(snippet)
+            return out
+
         stages: dict[str, Stage] = {
             "bm25s": peer_search,
             "bm25s_pool": peer_pool_search,
             "raw": lambda _q, toks: lex.search(toks, top),
+            "floor": floor,
             "search": lambda q, _t: index.retriever.search(q, top_k=top),
             "retrieve": lambda q, _t: index.retrieve(q, top_k=top),
             "snippets": lambda q, _t: link.retrieve(q, top_k=top),
