@@ -54,6 +54,17 @@ class _DenseBackend:
         items = check_texts(texts)
         return self._embed([self.query_prefix + t for t in items]) if items else []
 
+    def token_lengths(self, texts: list[str]) -> list[int] | None:
+        """Tokens each passage takes in the model (special tokens and prefix included, cut to its window),
+        for sizing batches (a batch costs its longest member times its size); None when this backend
+        cannot count them."""
+        tokenizer = getattr(self, "tokenizer", None)
+        if isinstance(tokenizer, TextTokenizer):
+            items = check_texts(texts)
+            return tokenizer.encode([self.passage_prefix + t for t in items]).lengths if items else []
+        inner = getattr(self, "_inner", None)
+        return inner.token_lengths(texts) if isinstance(inner, _DenseBackend) else None
+
     def _count_truncated(self, flags: list[bool]) -> None:
         with self._lock:
             self.truncated += sum(flags)

@@ -139,6 +139,12 @@ class SpladeEncoder:
 
         return run_batched(encoded.lengths, self.policy, run)
 
+    def token_lengths(self, texts: list[str]) -> list[int]:
+        """Tokens each passage takes in the model (special tokens included, cut to its window), for sizing
+        batches."""
+        items = check_texts(texts)
+        return self.tokenizer.encode(items).lengths if items else []
+
     def encode_queries(self, texts: list[str]) -> list[dict[str, float]]:
         """Sparse vectors for queries (same encoder as passages for SPLADE-tiny; queries bypass the cache)."""
         items = check_texts(texts)

@@ -74,3 +74,92 @@ def test_reverse_proof_plan_without_recheck_sends_restricted_text(tmp_path, monk
     monkeypatch.setattr(NarrativeIndex, "_current", lambda self, chunk: True)
     with pytest.raises(AssertionError, match="relabelled RESTRICTED was sent"):
         check_relabelled_chunk_not_sent(tmp_path)
+
+
+# ------------------------------------------------ batches sized by the model's own token counts
+
+# Few characters, many tokens ("7 7 7 ...": one token per two characters) against many characters, few
+# tokens ("information information ...": one token per twelve): character order is not token order.
+DIGITS = [" ".join(["7"] * (20 + i)) for i in range(16)]
+WORDS = [" ".join(["information"] * (4 + i)) for i in range(16)]
+
+
+class _Recording:
+    """The packaged MiniLM, recording each batch the drainer sends it (``token_lengths`` passes through,
+    unless ``counts`` is False: a model that cannot count its tokens)."""
+
+    def __init__(self, inner: object, *, counts: bool = True) -> None:
+        self.inner = inner
+        self.name = inner.name  # type: ignore[attr-defined]
+        self.dim = inner.dim  # type: ignore[attr-defined]
+        self.batches: list[list[str]] = []
+        if counts:
+            self.token_lengths = inner.token_lengths  # type: ignore[attr-defined]
+
+    def embed_texts(self, texts: list[str]) -> list[list[float]]:
+        self.batches.append(list(texts))
+        return self.inner.embed_texts(texts)  # type: ignore[attr-defined,no-any-return]
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        return self.inner.embed_queries(texts)  # type: ignore[attr-defined,no-any-return]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> object:
+    pytest.importorskip("onnxruntime")
+    from ragspine.models.dense import OnnxEmbeddingBackend
+
+    return OnnxEmbeddingBackend(threads=1, query_session=False)
+
+
+def _drain_mixed(tmp_path, backend: _Recording) -> ChunkStore:
+    store = ChunkStore(tmp_path / "lib.sqlite")
+    index = NarrativeIndex(store, embedding_backend=backend, defer_vectors=True)
+    texts = [t for pair in zip(DIGITS, WORDS, strict=True) for t in pair]
+    index.ingest_many((text, DocumentMeta(doc_id=f"d{i:03d}", title="")) for i, text in enumerate(texts))
+    assert drain(index, max_items=4) == 32 and index.pending_vectors() == 0
+    return store
+
+
+def padding_share(batches: list[list[str]], backend: object) -> float:
+    """Padded tokens (each batch: its longest member x its size, counted by the model) over real ones."""
+    counts = [backend.token_lengths(b) for b in batches]  # type: ignore[attr-defined]
+    return sum(max(c) * len(c) for c in counts) / sum(sum(c) for c in counts)
+
+
+@pytest.mark.slow
+def test_batches_follow_the_models_token_counts(tmp_path, minilm) -> None:
+    assert minilm.token_lengths(["hello world"]) == [4]  # [CLS] hello world [SEP]
+    assert minilm.token_lengths([" ".join(["7"] * 600)]) == [256]  # cut to the model's window
+    backend = _Recording(minilm)
+    store = _drain_mixed(tmp_path, backend)
+    assert sorted(t for b in backend.batches for t in b) == sorted(c.text for c in store.iter_chunks())
+    assert padding_share(backend.batches, minilm) < 1.1
+
+
+@pytest.mark.slow
+def test_reverse_proof_character_order_pads_the_same_texts_far_more(tmp_path, minilm) -> None:
+    """A model that cannot count its tokens gets the estimate (words or characters): the same texts then
+    share batches across the two families and pad much more. The check above catches that."""
+    backend = _Recording(minilm, counts=False)
+    _drain_mixed(tmp_path, backend)
+    assert padding_share(backend.batches, minilm) > 1.3
+
+
+class _Failing(_Recording):
+    def __init__(self, inner: object) -> None:
+        super().__init__(inner)
+        self.token_lengths = self._broken
+
+    @staticmethod
+    def _broken(texts: list[str]) -> list[int]:
+        raise RuntimeError("tokenizer unavailable")
+
+
+@pytest.mark.slow
+def test_a_model_that_fails_to_count_is_drained_by_the_estimate(tmp_path, minilm, caplog) -> None:
+    backend = _Failing(minilm)
+    with caplog.at_level("WARNING", logger="ragspine.retrieval.lexical.narrative_index"):
+        _drain_mixed(tmp_path, backend)
+    assert "could not count tokens" in caplog.text
+    assert sum(len(b) for b in backend.batches) == 32

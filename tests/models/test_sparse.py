@@ -65,6 +65,14 @@ def test_long_texts_are_cut_and_counted(encoder: SpladeEncoder) -> None:
     assert encoder.truncated - before == 1
 
 
+def test_token_lengths_are_what_a_batch_pads_to(encoder: SpladeEncoder) -> None:
+    """The drainer sizes batches by these counts: special tokens included, cut to the window."""
+    assert encoder.token_lengths(["hello world", "protein " * 500]) == [4, encoder.tokenizer.max_length]
+    assert encoder.token_lengths([]) == []
+    with pytest.raises(ValueError, match="list of strings"):
+        encoder.token_lengths("one string")  # type: ignore[arg-type]
+
+
 def test_no_input_and_bad_input(encoder: SpladeEncoder) -> None:
     assert encoder.encode([]) == []
     with pytest.raises(ValueError, match="list of strings"):

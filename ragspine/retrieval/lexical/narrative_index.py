@@ -623,11 +623,12 @@ class NarrativeIndex:
         """The next batch to embed, claimed: ``(chunk, index text)`` of similar lengths; [] = none waiting.
 
         A window of the oldest pending chunks (``_DRAIN_WINDOW_BATCHES`` batches' worth, by chunk id) is
-        sorted by text length and cut into batches of at most ``max_items`` passages and ``max_tokens``
-        approximate tokens; later steps take the window's next batch until it is used up, then read a new
-        window. A batch then holds passages of similar length, so the model pads little (a batch costs
-        its longest member times its size), and no chunk waits longer than its window. A planned chunk
-        is dropped when the index no longer holds it at that version (replaced, withdrawn, relabelled).
+        sorted by token count (``_token_lengths``: the model's own count when it can give one) and cut
+        into batches of at most ``max_items`` passages and ``max_tokens`` tokens; later steps take the
+        window's next batch until it is used up, then read a new window. A batch then holds passages of
+        similar length, so the model pads little (a batch costs its longest member times its size), and
+        no chunk waits longer than its window. A planned chunk is dropped when the index no longer holds
+        it at that version (replaced, withdrawn, relabelled).
         """
         assert self._ledger is not None
         with self._claim_lock:
@@ -649,13 +650,13 @@ class NarrativeIndex:
         )
         if not window:
             return []
-        pairs = sorted(
-            ((c, self.retriever.index_text(c)) for c in window), key=lambda p: (len(p[1]), p[0].chunk_id)
-        )
+        texts = [self.retriever.index_text(c) for c in window]
+        lengths = self._token_lengths(kind, texts)
+        order = sorted(range(len(window)), key=lambda i: (lengths[i], window[i].chunk_id))
         batches: list[list[tuple[StoredChunk, str]]] = [[]]
         budget = max_tokens
-        for chunk, text in pairs:
-            cost = approx_tokens(text)
+        for i in order:
+            chunk, text, cost = window[i], texts[i], lengths[i]
             if batches[-1] and (len(batches[-1]) >= max_items or cost > budget):
                 batches.append([])
                 budget = max_tokens
@@ -667,6 +668,21 @@ class NarrativeIndex:
             if not self._plans[kind]:  # another thread may have planned meanwhile: keep its plan
                 self._plans[kind][:] = [model, *batches[1:]]
         return first
+
+    def _token_lengths(self, kind: str, texts: list[str]) -> list[int]:
+        """Tokens each text takes in ``kind``'s model when the model can count them (a local model's
+        ``token_lengths``: exact, so a batch of similar counts pads little), else ``approx_tokens``."""
+        component = self.retriever.embedding_backend if kind == DENSE else self.retriever.sparse_encoder
+        count = getattr(component, "token_lengths", None)
+        if count is not None:
+            try:
+                counted = count(texts)
+            except Exception as exc:  # sizing must never stop the drain: estimate instead
+                log.warning("%s model could not count tokens (%s); estimating them", kind, exc)
+                counted = None
+            if counted is not None and len(counted) == len(texts):
+                return [max(1, int(n)) for n in counted]
+        return [approx_tokens(t) for t in texts]
 
     def _current(self, chunk: StoredChunk) -> bool:
         """True while the in-memory index holds ``chunk`` at its version (it never holds RESTRICTED ones)."""
