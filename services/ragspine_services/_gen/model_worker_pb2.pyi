@@ -70,6 +70,30 @@ VECTOR_DTYPE_FLOAT16: VectorDtype.ValueType  # 2
 """IEEE 754 half precision, little-endian, 2 bytes per value."""
 Global___VectorDtype: _TypeAlias = VectorDtype  # noqa: Y015
 
+class _TokenCounter:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TokenCounterEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TokenCounter.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TOKEN_COUNTER_UNSPECIFIED: _TokenCounter.ValueType  # 0
+    """Same as EMBEDDING."""
+    TOKEN_COUNTER_EMBEDDING: _TokenCounter.ValueType  # 1
+    """The dense embedding model (passages, with their prefix when the model has one)."""
+    TOKEN_COUNTER_SPARSE: _TokenCounter.ValueType  # 2
+    """The sparse encoder."""
+
+class TokenCounter(_TokenCounter, metaclass=_TokenCounterEnumTypeWrapper):
+    """Which model counts tokens."""
+
+TOKEN_COUNTER_UNSPECIFIED: TokenCounter.ValueType  # 0
+"""Same as EMBEDDING."""
+TOKEN_COUNTER_EMBEDDING: TokenCounter.ValueType  # 1
+"""The dense embedding model (passages, with their prefix when the model has one)."""
+TOKEN_COUNTER_SPARSE: TokenCounter.ValueType  # 2
+"""The sparse encoder."""
+Global___TokenCounter: _TypeAlias = TokenCounter  # noqa: Y015
+
 @_typing.final
 class EmbedRequest(_message.Message):
     """Embed texts."""
@@ -539,6 +563,62 @@ class EmbedVisualQueryResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EmbedVisualQueryResponse: _TypeAlias = EmbedVisualQueryResponse  # noqa: Y015
+
+@_typing.final
+class CountTokensRequest(_message.Message):
+    """Count the tokens of texts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXTS_FIELD_NUMBER: _builtins.int
+    COUNTER_FIELD_NUMBER: _builtins.int
+    counter: Global___TokenCounter.ValueType
+    """The model whose tokenizer counts."""
+    @_builtins.property
+    def texts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Texts to count (non-empty, at most the published max_client_batch)."""
+
+    def __init__(
+        self,
+        *,
+        texts: _abc.Iterable[_builtins.str] | None = ...,
+        counter: Global___TokenCounter.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counter", b"counter", "texts", b"texts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountTokensRequest: _TypeAlias = CountTokensRequest  # noqa: Y015
+
+@_typing.final
+class CountTokensResponse(_message.Message):
+    """Token counts of a CountTokensRequest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNTS_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """Model that counted them."""
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """One count per request text, in request order: special tokens included, cut to the model's window."""
+
+    def __init__(
+        self,
+        *,
+        counts: _abc.Iterable[_builtins.int] | None = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "model", b"model"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountTokensResponse: _TypeAlias = CountTokensResponse  # noqa: Y015
 
 @_typing.final
 class ModelWorkerServiceInfoRequest(_message.Message):

@@ -76,6 +76,11 @@ class ModelWorkerServiceStub:
                 request_serializer=ragspine_dot_v1_dot_model__worker__pb2.ModelWorkerServiceInfoRequest.SerializeToString,
                 response_deserializer=ragspine_dot_v1_dot_model__worker__pb2.ModelWorkerServiceInfoResponse.FromString,
                 _registered_method=True)
+        self.CountTokens = channel.unary_unary(
+                '/ragspine.v1.ModelWorkerService/CountTokens',
+                request_serializer=ragspine_dot_v1_dot_model__worker__pb2.CountTokensRequest.SerializeToString,
+                response_deserializer=ragspine_dot_v1_dot_model__worker__pb2.CountTokensResponse.FromString,
+                _registered_method=True)
 
 
 class ModelWorkerServiceServicer:
@@ -136,6 +141,14 @@ class ModelWorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CountTokens(self, request, context):
+        """Tokens each text takes in a model, so that callers batch texts of similar token counts together
+        (a batch costs its longest member times its size). UNIMPLEMENTED when the model cannot count.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ModelWorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -173,6 +186,11 @@ def add_ModelWorkerServiceServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=ragspine_dot_v1_dot_model__worker__pb2.ModelWorkerServiceInfoRequest.FromString,
                     response_serializer=ragspine_dot_v1_dot_model__worker__pb2.ModelWorkerServiceInfoResponse.SerializeToString,
+            ),
+            'CountTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountTokens,
+                    request_deserializer=ragspine_dot_v1_dot_model__worker__pb2.CountTokensRequest.FromString,
+                    response_serializer=ragspine_dot_v1_dot_model__worker__pb2.CountTokensResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -370,6 +388,33 @@ class ModelWorkerService:
             '/ragspine.v1.ModelWorkerService/Info',
             ragspine_dot_v1_dot_model__worker__pb2.ModelWorkerServiceInfoRequest.SerializeToString,
             ragspine_dot_v1_dot_model__worker__pb2.ModelWorkerServiceInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragspine.v1.ModelWorkerService/CountTokens',
+            ragspine_dot_v1_dot_model__worker__pb2.CountTokensRequest.SerializeToString,
+            ragspine_dot_v1_dot_model__worker__pb2.CountTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,

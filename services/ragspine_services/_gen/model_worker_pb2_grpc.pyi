@@ -55,6 +55,10 @@ class ModelWorkerServiceStub:
     """ColPali / ColQwen multi-vectors of search queries, in the page embedding space."""
     Info: _grpc.UnaryUnaryMultiCallable[_model_worker_pb2.ModelWorkerServiceInfoRequest, _model_worker_pb2.ModelWorkerServiceInfoResponse]
     """Limits and loaded models."""
+    CountTokens: _grpc.UnaryUnaryMultiCallable[_model_worker_pb2.CountTokensRequest, _model_worker_pb2.CountTokensResponse]
+    """Tokens each text takes in a model, so that callers batch texts of similar token counts together
+    (a batch costs its longest member times its size). UNIMPLEMENTED when the model cannot count.
+    """
 
 @_typing.type_check_only
 class ModelWorkerServiceAsyncStub(ModelWorkerServiceStub):
@@ -81,6 +85,10 @@ class ModelWorkerServiceAsyncStub(ModelWorkerServiceStub):
     """ColPali / ColQwen multi-vectors of search queries, in the page embedding space."""
     Info: _aio.UnaryUnaryMultiCallable[_model_worker_pb2.ModelWorkerServiceInfoRequest, _model_worker_pb2.ModelWorkerServiceInfoResponse]  # type: ignore[assignment]
     """Limits and loaded models."""
+    CountTokens: _aio.UnaryUnaryMultiCallable[_model_worker_pb2.CountTokensRequest, _model_worker_pb2.CountTokensResponse]  # type: ignore[assignment]
+    """Tokens each text takes in a model, so that callers batch texts of similar token counts together
+    (a batch costs its longest member times its size). UNIMPLEMENTED when the model cannot count.
+    """
 
 class ModelWorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     """The model worker: stateless model inference for the front tier.
@@ -146,5 +154,15 @@ class ModelWorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_model_worker_pb2.ModelWorkerServiceInfoResponse, _abc.Awaitable[_model_worker_pb2.ModelWorkerServiceInfoResponse]]:
         """Limits and loaded models."""
+
+    @_abc_1.abstractmethod
+    def CountTokens(
+        self,
+        request: _model_worker_pb2.CountTokensRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_model_worker_pb2.CountTokensResponse, _abc.Awaitable[_model_worker_pb2.CountTokensResponse]]:
+        """Tokens each text takes in a model, so that callers batch texts of similar token counts together
+        (a batch costs its longest member times its size). UNIMPLEMENTED when the model cannot count.
+        """
 
 def add_ModelWorkerServiceServicer_to_server(servicer: ModelWorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -54,6 +54,7 @@ _TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (BackendUnavailableError, grpc.StatusCode.UNAVAILABLE),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),  # e.g. a worker batch the caller stopped waiting for
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),  # e.g. a model that cannot count its tokens
 )
 
 

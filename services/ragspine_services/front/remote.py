@@ -49,8 +49,15 @@ from ragspine_services.common.tracing import traced_channel
 DEFAULT_MAX_BATCH_TOKENS = 16_384
 _MIN_CALL_S = 0.005  # below this a worker call cannot succeed; skip it and degrade at once
 # Status codes that say nothing about the worker's health (the request itself was refused).
+# Answers that say the worker is alive: they never count towards its circuit breaker. UNIMPLEMENTED is
+# what a worker of an earlier release (or a model that cannot count tokens) gives for CountTokens.
 _CALLER_FAULTS = frozenset(
-    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
 )
 
 
@@ -124,6 +131,7 @@ class WorkerClient:
         # breaker opens and the others are abandoned at once instead of each waiting out its own budget.
         self._in_flight: set[Any] = set()
         self._in_flight_lock = threading.Lock()
+        self._uncounted: set[int] = set()  # token counters the worker said it cannot serve
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         if tls_ca_file:
             creds = grpc.ssl_channel_credentials(Path(tls_ca_file).read_bytes())
@@ -442,6 +450,25 @@ class WorkerClient:
             out.extend(self._call("Rerank", request).scores)
         return out
 
+    def count_tokens(self, texts: Sequence[str], *, sparse: bool = False) -> list[int] | None:
+        """Tokens each text takes in the worker's embedding model (``sparse``: its sparse encoder), or
+        None when the worker cannot count them (a model without a tokenizer, a worker of an earlier
+        release: not asked again) or does not answer (asked again next time)."""
+        pb = model_worker_pb2
+        counter = pb.TOKEN_COUNTER_SPARSE if sparse else pb.TOKEN_COUNTER_EMBEDDING
+        if counter in self._uncounted:
+            return None
+        out: list[int] = []
+        try:
+            for batch in self._batches(texts):
+                request = model_worker_pb2.CountTokensRequest(texts=batch, counter=counter)
+                out.extend(self._call("CountTokens", request).counts)
+        except BackendUnavailableError as exc:
+            if "UNIMPLEMENTED" in str(exc):
+                self._uncounted.add(counter)
+            return None
+        return out if len(out) == len(texts) else None
+
     def info(self) -> model_worker_pb2.ModelWorkerServiceInfoResponse:
         response: model_worker_pb2.ModelWorkerServiceInfoResponse = self._call(
             "Info", model_worker_pb2.ModelWorkerServiceInfoRequest()
@@ -464,6 +491,10 @@ class RemoteEmbeddingBackend:
 
     def embed_texts(self, texts: list[str]) -> list[list[float]]:
         return self.client.embed(texts, query=False) if texts else []
+
+    def token_lengths(self, texts: list[str]) -> list[int] | None:
+        """The worker model's token count of each passage (None when it cannot count: estimate)."""
+        return self.client.count_tokens(texts) if texts else []
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
         return self.client.embed(texts, query=True) if texts else []
@@ -493,3 +524,7 @@ class RemoteSparseEncoder:
 
     def encode(self, texts: list[str]) -> list[dict[str, float]]:
         return self.client.encode_sparse(texts) if texts else []
+
+    def token_lengths(self, texts: list[str]) -> list[int] | None:
+        """The worker encoder's token count of each passage (None when it cannot count: estimate)."""
+        return self.client.count_tokens(texts, sparse=True) if texts else []

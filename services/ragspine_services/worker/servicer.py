@@ -138,6 +138,24 @@ class ModelWorkerServicer(model_worker_pb2_grpc.ModelWorkerServiceServicer):
             timings=_timings(outcome, started),
         )
 
+    def CountTokens(
+        self, request: model_worker_pb2.CountTokensRequest, context: grpc.ServicerContext
+    ) -> model_worker_pb2.CountTokensResponse:
+        texts = _check_texts(request.texts, self.limits)
+        sparse = request.counter == model_worker_pb2.TOKEN_COUNTER_SPARSE
+        model = self.registry.sparse() if sparse else self.registry.embedding()
+        count = getattr(model, "token_lengths", None)
+        counts = count(texts) if count is not None else None
+        if counts is None or len(counts) != len(texts):
+            raise NotImplementedError(
+                f"the worker's {'sparse' if sparse else 'embedding'} model cannot count its tokens; "
+                "callers estimate them instead"
+            )
+        return model_worker_pb2.CountTokensResponse(
+            counts=[int(n) for n in counts],
+            model=self.registry.sparse_spec if sparse else self.registry.embedding_spec,
+        )
+
     def Rerank(
         self, request: model_worker_pb2.RerankRequest, context: grpc.ServicerContext
     ) -> model_worker_pb2.RerankResponse:
