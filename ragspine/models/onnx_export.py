@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ragspine.models.onnx_graph import write_atomic
 from ragspine.models.packaged import cache_dir, require
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ def minilm_qint8(folder: Path | None = None) -> Path:
             except ValueError:  # an unreadable cached fp32 export: export it again, once
                 fp32.unlink(missing_ok=True)
                 quantise_per_token(export_encoder(model_dir), target)
-            _write_atomic(digest_file, _sha256(target) + "\n")
+            write_atomic(digest_file, (_sha256(target) + "\n").encode())
             return target
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -207,14 +208,3 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -27,7 +27,7 @@ from ragspine.models.packaged import cache_dir, require
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["lean_graph", "lean_model", "simplify_attention_masks"]
+__all__ = ["lean_graph", "lean_model", "simplify_attention_masks", "write_atomic"]
 
 _REWRITE = "1"  # part of the cache key: a change to what the rewrite does must change this
 
@@ -162,15 +162,16 @@ def lean_model(model_path: Path, folder: Path | None = None) -> str | bytes | No
     data = lean_graph(model_path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _write_atomic(nothing if data is None else target, data or b"")
+        write_atomic(nothing if data is None else target, data or b"")
     except OSError as exc:
         logger.debug("lean graph of %s not cached: %s", model_path, exc)
         return data
     return None if data is None else str(target)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it: a crash leaves no partial file."""
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it: a crash leaves no partial file
+    (also used for the digests of the exports in ``ragspine.models.onnx_export``)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from ragspine.models import onnx_graph  # noqa: E402
 from ragspine.models.device import make_onnx_session  # noqa: E402
 from ragspine.models.onnx_graph import lean_graph, lean_model, simplify_attention_masks  # noqa: E402
+from tests.models.test_token_quant import _masked_softmax_graph  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -29,40 +30,33 @@ def _own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path / "xdg" / "ragspine" / "onnx" / "lean"
 
 
-def _guarded_softmax_graph(
-    *, initializers: bool = True, mask_constant_is_input: bool = False
-) -> onnx.ModelProto:
-    """Two layers, each ``Where(mask, 0, -inf)`` + scores → Softmax → ``Where(IsNaN(p), 0, p)``, with the
-    constants as initializers (how newer exporters write them)."""
-    zero = numpy_helper.from_array(np.array([0.0], np.float32), "zero")
-    ninf = numpy_helper.from_array(np.array([-np.inf], np.float32), "ninf")
-    nodes = []
-    outputs = []
-    for layer in range(2):
-        p = f"l{layer}/"
-        nodes += [
-            helper.make_node("Where", ["mask", "zero", "ninf"], [p + "add_mask"]),
-            helper.make_node("Add", ["scores", p + "add_mask"], [p + "masked"]),
-            helper.make_node("Softmax", [p + "masked"], [p + "probs"], axis=-1),
-            helper.make_node("IsNaN", [p + "probs"], [p + "nan"]),
-            helper.make_node("Where", [p + "nan", "zero", p + "probs"], [p + "guarded"]),
-        ]
-        outputs.append(p + "guarded")
-    nodes.append(helper.make_node("Add", outputs, ["sum"]))
-    inputs = [
-        helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, None, None]),
-        helper.make_tensor_value_info("mask", TensorProto.BOOL, [None, 1, None]),
-    ]
+def _guarded_softmax_graph(*, mask_constant_is_input: bool = False) -> onnx.ModelProto:
+    """The two-layer masked-softmax graph of ``test_token_quant`` with its constants ("zero", "ninf") held
+    as initializers instead of ``Constant`` nodes, as newer exporters write them."""
+    model = _masked_softmax_graph()
+    graph = model.graph
+    for node in [n for n in graph.node if n.op_type == "Constant"]:
+        graph.initializer.append(
+            numpy_helper.from_array(numpy_helper.to_array(node.attribute[0].t), node.output[0])
+        )
+        graph.node.remove(node)
     if mask_constant_is_input:  # "ninf" is only a default the caller may replace
-        inputs.append(helper.make_tensor_value_info("ninf", TensorProto.FLOAT, [1]))
-    graph = helper.make_graph(
-        nodes,
-        "masks",
-        inputs,
-        [helper.make_tensor_value_info("sum", TensorProto.FLOAT, None)],
-        initializer=[zero, ninf] if initializers else [],
+        graph.input.append(helper.make_tensor_value_info("ninf", TensorProto.FLOAT, [1]))
+    return model
+
+
+def _plain_model() -> onnx.ModelProto:
+    """A graph with nothing to rewrite."""
+    return helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "plain",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+        ir_version=8,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def _feeds() -> dict[str, np.ndarray]:
@@ -122,17 +116,7 @@ def test_a_nan_guard_on_anything_but_a_softmax_stays() -> None:
 
 
 def test_lean_graph_is_none_when_there_is_nothing_to_do_or_it_cannot_read_the_file(tmp_path: Path) -> None:
-    plain = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("Relu", ["x"], ["y"])],
-            "plain",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        ),
-        opset_imports=[helper.make_opsetid("", 17)],
-        ir_version=8,
-    )
-    onnx.save(plain, str(tmp_path / "plain.onnx"))
+    onnx.save(_plain_model(), str(tmp_path / "plain.onnx"))
     assert lean_graph(tmp_path / "plain.onnx") is None
     (tmp_path / "junk.onnx").write_bytes(b"not a graph")
     assert lean_graph(tmp_path / "junk.onnx") is None
@@ -192,19 +176,7 @@ def test_nothing_to_rewrite_is_remembered_and_an_unwritable_cache_gives_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plain = tmp_path / "plain.onnx"
-    onnx.save(
-        helper.make_model(
-            helper.make_graph(
-                [helper.make_node("Relu", ["x"], ["y"])],
-                "plain",
-                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
-                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-            ),
-            opset_imports=[helper.make_opsetid("", 17)],
-            ir_version=8,
-        ),
-        str(plain),
-    )
+    onnx.save(_plain_model(), str(plain))
     calls: list[Path] = []
     real = onnx_graph.lean_graph
     monkeypatch.setattr(onnx_graph, "lean_graph", lambda path: calls.append(path) or real(path))
