@@ -3,6 +3,8 @@ times its size), while every chunk still gets its vector; with a reverse proof (
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import ragspine.retrieval.lexical.narrative_index as narrative_index
@@ -88,24 +90,24 @@ class _Recording:
     """The packaged MiniLM, recording each batch the drainer sends it (``token_lengths`` passes through,
     unless ``counts`` is False: a model that cannot count its tokens)."""
 
-    def __init__(self, inner: object, *, counts: bool = True) -> None:
+    def __init__(self, inner: Any, *, counts: bool = True) -> None:
         self.inner = inner
-        self.name = inner.name  # type: ignore[attr-defined]
-        self.dim = inner.dim  # type: ignore[attr-defined]
+        self.name = inner.name
+        self.dim = inner.dim
         self.batches: list[list[str]] = []
         if counts:
-            self.token_lengths = inner.token_lengths  # type: ignore[attr-defined]
+            self.token_lengths = inner.token_lengths
 
     def embed_texts(self, texts: list[str]) -> list[list[float]]:
         self.batches.append(list(texts))
-        return self.inner.embed_texts(texts)  # type: ignore[attr-defined,no-any-return]
+        return list(self.inner.embed_texts(texts))
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
-        return self.inner.embed_queries(texts)  # type: ignore[attr-defined,no-any-return]
+        return list(self.inner.embed_queries(texts))
 
 
 @pytest.fixture(scope="module")
-def minilm() -> object:
+def minilm() -> Any:
     pytest.importorskip("onnxruntime")
     from ragspine.models.dense import OnnxEmbeddingBackend
 
@@ -121,9 +123,9 @@ def _drain_mixed(tmp_path, backend: _Recording) -> ChunkStore:
     return store
 
 
-def padding_share(batches: list[list[str]], backend: object) -> float:
+def padding_share(batches: list[list[str]], backend: Any) -> float:
     """Padded tokens (each batch: its longest member x its size, counted by the model) over real ones."""
-    counts = [backend.token_lengths(b) for b in batches]  # type: ignore[attr-defined]
+    counts = [backend.token_lengths(b) for b in batches]
     return sum(max(c) * len(c) for c in counts) / sum(sum(c) for c in counts)
 
 
@@ -147,7 +149,7 @@ def test_reverse_proof_character_order_pads_the_same_texts_far_more(tmp_path, mi
 
 
 class _Failing(_Recording):
-    def __init__(self, inner: object) -> None:
+    def __init__(self, inner: Any) -> None:
         super().__init__(inner)
         self.token_lengths = self._broken
 

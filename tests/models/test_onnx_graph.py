@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -209,7 +210,7 @@ def test_a_damaged_cached_copy_falls_back_to_the_original_file(
 # ---------------------------------------------------------------------------------- the real graphs
 
 
-def _encoder_feeds(session: object) -> dict[str, np.ndarray]:
+def _encoder_feeds(session: Any) -> dict[str, np.ndarray]:
     """Token ids of a padded batch as a tokenizer gives them: [CLS] first, every text at least one token,
     rows padded to different lengths (the case the attention mask exists for)."""
     rng = np.random.default_rng(11)
@@ -221,7 +222,7 @@ def _encoder_feeds(session: object) -> dict[str, np.ndarray]:
         mask[row, max(1, length - 7 * row) :] = 0
     ids[mask == 0] = 0
     feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    names = [i.name for i in session.get_inputs()]  # type: ignore[attr-defined]
+    names = [i.name for i in session.get_inputs()]
     return {name: feeds[name] for name in names}
 
 

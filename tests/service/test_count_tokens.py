@@ -46,10 +46,10 @@ class _Recorder:
 
     def embed_texts(self, texts: list[str]) -> list[list[float]]:
         self.batches.append(list(texts))
-        return self.inner.embed_texts(texts)  # type: ignore[no-any-return]
+        return list(self.inner.embed_texts(texts))
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
-        return self.inner.embed_queries(texts)  # type: ignore[no-any-return]
+        return list(self.inner.embed_queries(texts))
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,9 @@ def test_the_worker_counts_with_its_model(minilm, workers) -> None:
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-def test_a_model_that_cannot_count_answers_unimplemented_and_the_front_estimates(workers) -> None:
+def test_a_model_that_cannot_count_answers_unimplemented_and_the_front_estimates(
+    workers, monkeypatch
+) -> None:
     workers.append(_worker(CountingEmbedding()))
     with pytest.raises(grpc.RpcError) as err:
         _stub(workers[0]).CountTokens(pb.CountTokensRequest(texts=["a"]), metadata=AUTH, timeout=10)
@@ -109,7 +111,9 @@ def test_a_model_that_cannot_count_answers_unimplemented_and_the_front_estimates
     try:
         calls: list[str] = []
         real = client._call
-        client._call = lambda method, *a, **k: calls.append(method) or real(method, *a, **k)  # type: ignore[method-assign]
+        monkeypatch.setattr(
+            client, "_call", lambda method, *a, **k: calls.append(method) or real(method, *a, **k)
+        )
         assert RemoteEmbeddingBackend(client).token_lengths(["a passage"]) is None
         assert client.count_tokens(["another"]) is None
         assert calls.count("CountTokens") == 1  # asked once, then remembered (Info: the limits)
