@@ -23,7 +23,7 @@ from ragspine_services.front.remote import RemoteEmbeddingBackend, WorkerClient
 from ragspine_services.worker.models import ModelFactories, ModelRegistry
 from ragspine_services.worker.server import start_worker
 from ragspine_services.worker.servicer import WorkerLimits
-from tests.indexing.test_drain_order import DIGITS, WORDS, padding_share
+from tests.indexing.test_drain_order import DIGITS, WORDS, _Recording, padding_share
 from tests.indexing.vector_checks import drain
 from tests.service.helpers import CountingEmbedding
 
@@ -31,25 +31,6 @@ pytestmark = pytest.mark.slow
 
 TOKEN = "svc-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
-
-
-class _Recorder:
-    """The worker's embedding model, recording the batches it is sent; ``counts=False`` hides its
-    ``token_lengths`` (a model that cannot count)."""
-
-    def __init__(self, inner: Any, *, counts: bool = True) -> None:
-        self.inner = inner
-        self.dim = inner.dim
-        self.batches: list[list[str]] = []
-        if counts:
-            self.token_lengths = inner.token_lengths
-
-    def embed_texts(self, texts: list[str]) -> list[list[float]]:
-        self.batches.append(list(texts))
-        return list(self.inner.embed_texts(texts))
-
-    def embed_queries(self, texts: list[str]) -> list[list[float]]:
-        return list(self.inner.embed_queries(texts))
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +60,7 @@ def _stub(running: RunningServer) -> model_worker_pb2_grpc.ModelWorkerServiceStu
 
 
 def test_the_worker_counts_with_its_model(minilm, workers) -> None:
-    workers.append(_worker(_Recorder(minilm), WorkerLimits(max_client_batch=4, max_input_chars=4000)))
+    workers.append(_worker(_Recording(minilm), WorkerLimits(max_client_batch=4, max_input_chars=4000)))
     stub = _stub(workers[0])
     texts = ["hello world", " ".join(["7"] * 600), "information"]
     response = stub.CountTokens(pb.CountTokensRequest(texts=texts), metadata=AUTH, timeout=10)
@@ -136,7 +117,7 @@ def _drain_through_worker(tmp_path: Path, worker: RunningServer) -> None:
 
 
 def test_split_mode_drains_in_batches_of_similar_token_counts(tmp_path, minilm, workers) -> None:
-    recorder = _Recorder(minilm)
+    recorder = _Recording(minilm)
     workers.append(_worker(recorder))
     _drain_through_worker(tmp_path, workers[0])
     assert sum(len(b) for b in recorder.batches) == 32
@@ -146,7 +127,7 @@ def test_split_mode_drains_in_batches_of_similar_token_counts(tmp_path, minilm, 
 def test_reverse_proof_a_worker_that_cannot_count_leaves_the_estimate_padding_more(
     tmp_path, minilm, workers
 ) -> None:
-    recorder = _Recorder(minilm, counts=False)
+    recorder = _Recording(minilm, counts=False)
     workers.append(_worker(recorder))
     _drain_through_worker(tmp_path, workers[0])
     assert sum(len(b) for b in recorder.batches) == 32
