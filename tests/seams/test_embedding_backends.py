@@ -178,9 +178,10 @@ class TestFactory:
     @pytest.mark.parametrize(
         ("spec", "cls"),
         [
-            ("onnx", "OnnxEmbeddingBackend"),
-            ("FastEmbed", "OnnxEmbeddingBackend"),
-            ("minilm", "OnnxEmbeddingBackend"),
+            ("onnx", "MiniLMInt8EmbeddingBackend"),
+            ("FastEmbed", "MiniLMInt8EmbeddingBackend"),
+            ("minilm", "MiniLMInt8EmbeddingBackend"),
+            ("minilm-packaged", "OnnxEmbeddingBackend"),
             ("minilm-int8", "MiniLMInt8EmbeddingBackend"),
             ("MiniLM_INT8", "MiniLMInt8EmbeddingBackend"),
             ("st", "SentenceTransformerEmbeddingBackend"),
@@ -189,16 +190,51 @@ class TestFactory:
             ("e5", "E5EmbeddingBackend"),
             ("multilingual", "E5EmbeddingBackend"),
             ("multilingual-e5", "E5EmbeddingBackend"),
-            ("auto", "OnnxEmbeddingBackend"),
+            ("auto", "MiniLMInt8EmbeddingBackend"),
         ],
     )
     def test_model_names_dispatch_to_models_dense(
-        self, fake_dense: types.ModuleType, spec: str, cls: str
+        self, fake_dense: types.ModuleType, spec: str, cls: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
+        monkeypatch.setattr(eb, "_runs_on_cpu", lambda device: True)
         backend = make_embedding_backend(spec, max_length=64)
         assert isinstance(backend, _FakeModel)
         assert backend.kind == cls
         assert backend.kwargs == {"max_length": 64}
+
+    @pytest.mark.parametrize("spec", ["auto", "onnx", "minilm"])
+    def test_the_packaged_minilm_off_the_cpu_or_for_another_file_is_the_graph_as_shipped(
+        self, fake_dense: types.ModuleType, spec: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seen: list[str] = []
+
+        def on_cpu(device: str) -> bool:
+            seen.append(device)
+            return device == "cpu"
+
+        monkeypatch.setattr(eb, "_runs_on_cpu", on_cpu)
+        backend = make_embedding_backend(spec, device="cuda", cache_folder="/nowhere")
+        assert isinstance(backend, _FakeModel) and backend.kind == "OnnxEmbeddingBackend"
+        assert backend.kwargs == {"device": "cuda"}  # the integer model's cache folder is not passed on
+        assert make_embedding_backend(spec, device="cpu").kind == "MiniLMInt8EmbeddingBackend"
+        assert seen == ["cuda", "cpu"]
+        named = make_embedding_backend(spec, model_path="/m.onnx", device="cpu")
+        assert named.kind == "OnnxEmbeddingBackend" and seen == ["cuda", "cpu"]
+
+    def test_the_integer_minilm_failing_to_build_falls_back_with_a_warning(
+        self, fake_dense: types.ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def cannot_build(**kwargs: Any) -> None:
+            raise ValueError("export failed: disk full")
+
+        monkeypatch.setattr(eb, "_runs_on_cpu", lambda device: True)
+        fake_dense.MiniLMInt8EmbeddingBackend = cannot_build  # type: ignore[attr-defined]
+        with caplog.at_level("WARNING", logger=eb.__name__):
+            backend = make_embedding_backend("auto", max_length=64)
+        assert backend.kind == "OnnxEmbeddingBackend" and backend.kwargs == {"max_length": 64}
+        assert "could not be built (export failed: disk full)" in caplog.text
+        with pytest.raises(ValueError, match="disk full"):
+            make_embedding_backend("minilm-int8")
 
     def test_lazy_module_attributes(self, fake_dense: types.ModuleType) -> None:
         assert eb.OnnxEmbeddingBackend is fake_dense.OnnxEmbeddingBackend
@@ -220,6 +256,7 @@ class TestFactory:
             raise ImportError("No module named 'onnxruntime'")
 
         fake_dense.OnnxEmbeddingBackend = no_runtime  # type: ignore[attr-defined]
+        fake_dense.MiniLMInt8EmbeddingBackend = no_runtime  # type: ignore[attr-defined]
         with pytest.raises(ImportError, match=r"ragspine\[models\].*onnxruntime"):
             make_embedding_backend("onnx")
 

@@ -31,6 +31,7 @@ EMBEDDING_CHOICES: tuple[str, ...] = (
     "fastembed",
     "minilm",
     "minilm-int8",
+    "minilm-packaged",
     "st",
     "sentence-transformers",
     "qwen3",
@@ -46,6 +47,8 @@ _MODEL_BACKENDS: dict[str, str] = {
     "minilm": "OnnxEmbeddingBackend",
     "minilm-int8": "MiniLMInt8EmbeddingBackend",
     "minilm_int8": "MiniLMInt8EmbeddingBackend",
+    "minilm-packaged": "OnnxEmbeddingBackend",
+    "minilm_packaged": "OnnxEmbeddingBackend",
     "st": "SentenceTransformerEmbeddingBackend",
     "sentence-transformers": "SentenceTransformerEmbeddingBackend",
     "sentence_transformers": "SentenceTransformerEmbeddingBackend",
@@ -56,6 +59,10 @@ _MODEL_BACKENDS: dict[str, str] = {
     "multilingual_e5": "E5EmbeddingBackend",
 }
 _LAZY_NAMES = frozenset(_MODEL_BACKENDS.values())
+# Names of the packaged MiniLM that run it with integer matrix products on a CPU (``_packaged_minilm``).
+_PACKAGED_MINILM = frozenset({"auto", "onnx", "fastembed", "minilm"})
+# Arguments that name another model or the graph as shipped: the integer model is not built for them.
+_NOT_PACKAGED_DEFAULT = ("model_path", "int8", "tokenizer_path")
 _DENSE_MODULE = "ragspine.models.dense"
 
 # The token no tokenizer output can equal; texts without tokens embed along its direction.
@@ -189,6 +196,40 @@ def _dense_module(spec: str) -> Any:
         ) from exc
 
 
+def _runs_on_cpu(device: str) -> bool:
+    """True when an onnxruntime session asked for ``device`` would run on the CPU provider."""
+    from ragspine.models.device import onnx_providers
+
+    return onnx_providers(device)[0] == "CPUExecutionProvider"
+
+
+def _packaged_minilm(spec: str, kwargs: dict[str, Any]) -> EmbeddingBackend:
+    """The packaged MiniLM: integer matrix products on a CPU, the graph as shipped elsewhere (see
+    ``make_embedding_backend``). ``cache_folder`` (where the integer model is built) is for that model
+    alone."""
+    shipped = {k: v for k, v in kwargs.items() if k != "cache_folder"}
+    if any(k in kwargs for k in _NOT_PACKAGED_DEFAULT):
+        return _model_backend(spec, "OnnxEmbeddingBackend", shipped)
+    try:
+        on_cpu = _runs_on_cpu(str(kwargs.get("device", "auto")))
+    except ImportError as exc:
+        raise ImportError(
+            f"embedding backend {spec!r} needs the models extra: pip install 'ragspine[models]' ({exc})"
+        ) from exc
+    if not on_cpu:
+        return _model_backend(spec, "OnnxEmbeddingBackend", shipped)
+    try:
+        return _model_backend(spec, "MiniLMInt8EmbeddingBackend", dict(kwargs))
+    except Exception as exc:  # a failed export (torch missing, disk, ...) keeps the service semantic
+        log.warning(
+            "embedding %r: the integer MiniLM could not be built (%s); using the packaged graph as shipped, "
+            "whose vectors are kept under their own model id",
+            spec,
+            exc,
+        )
+        return _model_backend(spec, "OnnxEmbeddingBackend", shipped)
+
+
 def _model_backend(spec: str, class_name: str, kwargs: dict[str, Any]) -> EmbeddingBackend:
     cls = getattr(_dense_module(spec), class_name)
     try:
@@ -213,11 +254,18 @@ def make_embedding_backend(
     - ``"openai"`` → ``OpenAIEmbeddingBackend``; ``base_url``/``api_key``/``model``/``timeout_s`` from
       ``kwargs`` or the settings (``openai_base_url``, ``openai_api_key``, ``openai_embedding_model``,
       ``http_timeout_s``)
-    - ``"onnx"``/``"fastembed"``/``"minilm"`` → ``OnnxEmbeddingBackend(**kwargs)``
-    - ``"minilm-int8"`` → ``MiniLMInt8EmbeddingBackend(**kwargs)`` (integer matrix products; own model id)
+    - ``"onnx"``/``"fastembed"``/``"minilm"`` → the packaged all-MiniLM-L6-v2 on onnxruntime: on a CPU
+      ``MiniLMInt8EmbeddingBackend(**kwargs)`` (integer matrix products, activations scaled per token; model
+      id ``all-MiniLM-L6-v2-onnx-qint8-token``), on CUDA or with ``model_path``/``int8``/``tokenizer_path``
+      in ``kwargs`` ``OnnxEmbeddingBackend(**kwargs)``; when the integer model cannot be built (no torch to
+      export it once, an unwritable cache) the packaged graph as shipped, with a warning. Each model records
+      its own id, so a library never mixes their vectors.
+    - ``"minilm-int8"`` → ``MiniLMInt8EmbeddingBackend(**kwargs)`` on any device
+    - ``"minilm-packaged"`` → ``OnnxEmbeddingBackend(**kwargs)``: the packaged graph as shipped (float
+      matrix products, model id ``all-MiniLM-L6-v2-onnx-int8``), the default of earlier releases
     - ``"st"``/``"sentence-transformers"``/``"qwen3"`` → ``SentenceTransformerEmbeddingBackend(**kwargs)``
     - ``"e5"``/``"multilingual"``/``"multilingual-e5"`` → ``E5EmbeddingBackend(**kwargs)``
-    - ``"auto"`` → the ONNX backend when the models extra imports and the model loads, else ``None``
+    - ``"auto"`` → what ``"onnx"`` gives when the models extra imports and the model loads, else ``None``
 
     Raises ``ValueError`` listing the choices for an unknown name, and ``ImportError`` naming the extra
     when a model backend is asked for without it.
@@ -243,11 +291,13 @@ def make_embedding_backend(
             timeout_s=kwargs.pop("timeout_s", None) or settings.http_timeout_s,
             **kwargs,
         )
+    if name in _PACKAGED_MINILM - {"auto"}:
+        return _packaged_minilm(name, kwargs)
     if name in _MODEL_BACKENDS:
         return _model_backend(name, _MODEL_BACKENDS[name], kwargs)
     if name == "auto":
         try:
-            return _model_backend("onnx", "OnnxEmbeddingBackend", kwargs)
+            return _packaged_minilm("onnx", kwargs)
         except Exception as exc:  # auto means "semantic when available": any load failure falls back to BM25
             log.info("embedding 'auto' falls back to pure BM25: %s", exc)
             return None
