@@ -221,6 +221,28 @@ class TestFactory:
         named = make_embedding_backend(spec, model_path="/m.onnx", device="cpu")
         assert named.kind == "OnnxEmbeddingBackend" and seen == ["cuda", "cpu"]
 
+    def test_the_services_device_picks_the_packaged_minilm_graph(
+        self, fake_dense: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from ragspine.settings import Settings
+
+        seen: list[str] = []
+
+        def on_cpu(device: str) -> bool:
+            seen.append(device)
+            return device == "cpu"
+
+        monkeypatch.setattr(eb, "_runs_on_cpu", on_cpu)
+        on_gpu = make_embedding_backend("auto", settings=Settings(device="cuda"))
+        assert on_gpu.kind == "OnnxEmbeddingBackend" and on_gpu.kwargs == {"device": "cuda"}
+        cpu = make_embedding_backend(settings=Settings(embedding="minilm", device="cpu"))
+        assert cpu.kind == "MiniLMInt8EmbeddingBackend" and cpu.kwargs == {"device": "cpu"}
+        given = make_embedding_backend("onnx", settings=Settings(device="cuda"), device="cpu")
+        assert given.kwargs == {"device": "cpu"}  # an explicit argument wins over the settings
+        default = make_embedding_backend("auto", settings=Settings())
+        assert default.kwargs == {}
+        assert seen == ["cuda", "cpu", "cpu", "auto"]
+
     def test_the_integer_minilm_failing_to_build_falls_back_with_a_warning(
         self, fake_dense: types.ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
     ) -> None:

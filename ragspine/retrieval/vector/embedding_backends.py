@@ -267,8 +267,9 @@ def make_embedding_backend(
     - ``"e5"``/``"multilingual"``/``"multilingual-e5"`` → ``E5EmbeddingBackend(**kwargs)``
     - ``"auto"`` → what ``"onnx"`` gives when the models extra imports and the model loads, else ``None``
 
-    Raises ``ValueError`` listing the choices for an unknown name, and ``ImportError`` naming the extra
-    when a model backend is asked for without it.
+    For the packaged MiniLM, ``settings.device`` (``RAGSPINE_DEVICE``) is the session's device unless
+    ``kwargs`` name one. Raises ``ValueError`` listing the choices for an unknown name, and ``ImportError``
+    naming the extra when a model backend is asked for without it.
     """
     if spec is None:
         spec = (settings or Settings.from_env()).embedding_spec
@@ -291,6 +292,10 @@ def make_embedding_backend(
             timeout_s=kwargs.pop("timeout_s", None) or settings.http_timeout_s,
             **kwargs,
         )
+    # The service's device (RAGSPINE_DEVICE) decides which MiniLM graph runs, and where.
+    device = "" if settings is None else settings.device.strip()
+    if name in _PACKAGED_MINILM and "device" not in kwargs and device.lower() not in ("", "auto"):
+        kwargs = {**kwargs, "device": device}
     if name in _PACKAGED_MINILM - {"auto"}:
         return _packaged_minilm(name, kwargs)
     if name in _MODEL_BACKENDS:
