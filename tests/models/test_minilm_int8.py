@@ -146,7 +146,9 @@ def test_damaged_cache_is_rebuilt(
         first.with_name(first.name + ".sha256").write_text("0" * 64 + "\n")
     calls = _count_quantisations(monkeypatch)
     rebuilt = MiniLMInt8EmbeddingBackend(cache_folder=tmp_path, threads=1)
-    assert len(calls) == 1
+    assert calls == []  # rebuilt in a child process, not in this one
+    assert rebuilt._onnx_file == first
+    assert first.with_name(first.name + ".sha256").read_text().strip() == onnx_export._sha256(first)
     assert _cosines(rebuilt.embed_texts(TEXTS), reference).min() > 0.9999
 
 
@@ -238,7 +240,7 @@ def test_a_failed_build_falls_back_to_the_graph_as_shipped_with_a_warning(
     def no_torch(folder: Path | None = None) -> Path:
         raise ImportError("No module named 'torch'")
 
-    monkeypatch.setattr(onnx_export, "minilm_qint8", no_torch)
+    monkeypatch.setattr(onnx_export, "minilm_qint8_isolated", no_torch)
     with caplog.at_level(logging.WARNING, logger=embedding_backends.__name__):
         backend = make_embedding_backend("auto", cache_folder=tmp_path, threads=1)
     assert type(backend) is OnnxEmbeddingBackend and model_id(backend) == PACKAGED_ID
@@ -277,3 +279,27 @@ def test_a_library_of_the_earlier_default_is_embedded_again_never_mixed(
         for chunk_id, (_, vector) in stored.items():
             text = upgraded.retriever.index_text(upgraded.retriever._chunks[chunk_id])
             assert np.allclose(decode_dense(vector), qint8.embed_texts([text])[0], atol=1e-6)
+
+
+def test_the_first_build_runs_in_a_child_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server started once on an empty cache must not hold torch for weeks: the build runs in a child,
+    this process only opens the finished file."""
+    calls = _count_quantisations(monkeypatch)
+    built = onnx_export.minilm_qint8_isolated(tmp_path)
+    assert calls == [] and built.is_file() and built.parent == tmp_path
+    assert built.with_name(built.name + ".sha256").read_text().strip() == onnx_export._sha256(built)
+    stamp = built.stat().st_mtime_ns
+    assert onnx_export.minilm_qint8_isolated(tmp_path) == built and built.stat().st_mtime_ns == stamp
+
+
+def test_a_failing_child_build_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setattr(
+        onnx_export, "_CHILD", [sys.executable, "-c", "import sys; sys.exit('No module named torch')"]
+    )
+    with pytest.raises(ValueError, match="integer MiniLM could not be built: No module named torch"):
+        onnx_export.minilm_qint8_isolated(tmp_path)
+    monkeypatch.setattr(onnx_export, "_CHILD", [sys.executable, "-c", "print('/elsewhere/model.onnx')"])
+    with pytest.raises(ValueError, match=r"reported '/elsewhere/model\.onnx'"):
+        onnx_export.minilm_qint8_isolated(tmp_path)
