@@ -169,6 +169,19 @@ def fake_dense(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
 
 
 @pytest.fixture()
+def seen_devices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Devices the factory asked about, in order; only ``"cpu"`` runs on the CPU (any other is a GPU)."""
+    seen: list[str] = []
+
+    def on_cpu(device: str) -> bool:
+        seen.append(device)
+        return device == "cpu"
+
+    monkeypatch.setattr(eb, "_runs_on_cpu", on_cpu)
+    return seen
+
+
+@pytest.fixture()
 def missing_dense(monkeypatch: pytest.MonkeyPatch) -> None:
     # A None entry in sys.modules makes "import ragspine.models.dense" raise ImportError.
     monkeypatch.setitem(sys.modules, "ragspine.models.dense", None)
@@ -204,15 +217,9 @@ class TestFactory:
 
     @pytest.mark.parametrize("spec", ["auto", "onnx", "minilm"])
     def test_the_packaged_minilm_off_the_cpu_or_for_another_file_is_the_graph_as_shipped(
-        self, fake_dense: types.ModuleType, spec: str, monkeypatch: pytest.MonkeyPatch
+        self, fake_dense: types.ModuleType, spec: str, seen_devices: list[str]
     ) -> None:
-        seen: list[str] = []
-
-        def on_cpu(device: str) -> bool:
-            seen.append(device)
-            return device == "cpu"
-
-        monkeypatch.setattr(eb, "_runs_on_cpu", on_cpu)
+        seen = seen_devices
         backend = make_embedding_backend(spec, device="cuda", cache_folder="/nowhere")
         assert isinstance(backend, _FakeModel) and backend.kind == "OnnxEmbeddingBackend"
         assert backend.kwargs == {"device": "cuda"}  # the integer model's cache folder is not passed on
@@ -222,17 +229,11 @@ class TestFactory:
         assert named.kind == "OnnxEmbeddingBackend" and seen == ["cuda", "cpu"]
 
     def test_the_services_device_picks_the_packaged_minilm_graph(
-        self, fake_dense: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+        self, fake_dense: types.ModuleType, seen_devices: list[str]
     ) -> None:
         from ragspine.settings import Settings
 
-        seen: list[str] = []
-
-        def on_cpu(device: str) -> bool:
-            seen.append(device)
-            return device == "cpu"
-
-        monkeypatch.setattr(eb, "_runs_on_cpu", on_cpu)
+        seen = seen_devices
         on_gpu = make_embedding_backend("auto", settings=Settings(device="cuda"))
         assert on_gpu.kind == "OnnxEmbeddingBackend" and on_gpu.kwargs == {"device": "cuda"}
         cpu = make_embedding_backend(settings=Settings(embedding="minilm", device="cpu"))
