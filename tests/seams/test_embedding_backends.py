@@ -146,24 +146,20 @@ class _FakeModel:
         return [[1.0] for _ in texts]
 
 
+def _fake_class(name: str, base: type = _FakeModel) -> type:
+    return type(name, (base,), {"__init__": lambda self, _n=name, **kw: _FakeModel.__init__(self, _n, **kw)})
+
+
 @pytest.fixture()
 def fake_dense(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     module = types.ModuleType("ragspine.models.dense")
-    for name in (
-        "OnnxEmbeddingBackend",
+    for name in ("OnnxEmbeddingBackend", "SentenceTransformerEmbeddingBackend", "E5EmbeddingBackend"):
+        setattr(module, name, _fake_class(name))
+    # As in the real module, the integer MiniLM is a kind of OnnxEmbeddingBackend.
+    module.MiniLMInt8EmbeddingBackend = _fake_class(  # type: ignore[attr-defined]
         "MiniLMInt8EmbeddingBackend",
-        "SentenceTransformerEmbeddingBackend",
-        "E5EmbeddingBackend",
-    ):
-        setattr(
-            module,
-            name,
-            type(
-                name,
-                (_FakeModel,),
-                {"__init__": lambda self, _n=name, **kw: _FakeModel.__init__(self, _n, **kw)},
-            ),
-        )
+        module.OnnxEmbeddingBackend,  # type: ignore[attr-defined]
+    )
     monkeypatch.setitem(sys.modules, "ragspine.models.dense", module)
     yield module
 
@@ -244,14 +240,27 @@ class TestFactory:
         assert default.kwargs == {}
         assert seen == ["cuda", "cpu", "cpu", "auto"]
 
+    @pytest.mark.parametrize("spec", ["auto", "onnx", "minilm"])
+    def test_an_onnx_backend_put_in_place_is_what_the_names_give(
+        self, fake_dense: types.ModuleType, spec: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """These names promise an OnnxEmbeddingBackend: a caller who replaced that class (a stand-in in a
+        test, a subclass of their own) gets it, not the integer MiniLM beside it."""
+        monkeypatch.setattr(eb, "_runs_on_cpu", lambda device: True)
+        fake_dense.OnnxEmbeddingBackend = _fake_class("MyOnnx")  # type: ignore[attr-defined]
+        backend = make_embedding_backend(spec, max_length=64)
+        assert backend.kind == "MyOnnx" and backend.kwargs == {"max_length": 64}
+        assert make_embedding_backend("minilm-int8").kind == "MiniLMInt8EmbeddingBackend"
+
     def test_the_integer_minilm_failing_to_build_falls_back_with_a_warning(
         self, fake_dense: types.ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
     ) -> None:
-        def cannot_build(**kwargs: Any) -> None:
-            raise ValueError("export failed: disk full")
+        class CannotBuild(fake_dense.OnnxEmbeddingBackend):  # type: ignore[name-defined,misc]
+            def __init__(self, **kwargs: Any) -> None:
+                raise ValueError("export failed: disk full")
 
         monkeypatch.setattr(eb, "_runs_on_cpu", lambda device: True)
-        fake_dense.MiniLMInt8EmbeddingBackend = cannot_build  # type: ignore[attr-defined]
+        fake_dense.MiniLMInt8EmbeddingBackend = CannotBuild  # type: ignore[attr-defined]
         with caplog.at_level("WARNING", logger=eb.__name__):
             backend = make_embedding_backend("auto", max_length=64)
         assert backend.kind == "OnnxEmbeddingBackend" and backend.kwargs == {"max_length": 64}

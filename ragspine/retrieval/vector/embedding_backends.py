@@ -203,6 +203,17 @@ def _runs_on_cpu(device: str) -> bool:
     return onnx_providers(device)[0] == "CPUExecutionProvider"
 
 
+def _integer_is_onnx(spec: str) -> bool:
+    """True when the integer MiniLM is a kind of the module's ``OnnxEmbeddingBackend``: these names
+    promise an ``OnnxEmbeddingBackend``, so one put in its place (a subclass, a stand-in) is used as is."""
+    module = _dense_module(spec)
+    onnx, integer = (
+        getattr(module, "OnnxEmbeddingBackend", None),
+        getattr(module, "MiniLMInt8EmbeddingBackend", None),
+    )
+    return isinstance(onnx, type) and isinstance(integer, type) and issubclass(integer, onnx)
+
+
 def _packaged_minilm(spec: str, kwargs: dict[str, Any]) -> EmbeddingBackend:
     """The packaged MiniLM: integer matrix products on a CPU, the graph as shipped elsewhere (see
     ``make_embedding_backend``). ``cache_folder`` (where the integer model is built) is for that model
@@ -216,7 +227,7 @@ def _packaged_minilm(spec: str, kwargs: dict[str, Any]) -> EmbeddingBackend:
         raise ImportError(
             f"embedding backend {spec!r} needs the models extra: pip install 'ragspine[models]' ({exc})"
         ) from exc
-    if not on_cpu:
+    if not on_cpu or not _integer_is_onnx(spec):
         return _model_backend(spec, "OnnxEmbeddingBackend", shipped)
     try:
         return _model_backend(spec, "MiniLMInt8EmbeddingBackend", dict(kwargs))
