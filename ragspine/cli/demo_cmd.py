@@ -69,10 +69,23 @@ def _ingest_requests(library: str) -> Any:
         yield retrieval_pb2.IngestStreamRequest(library=library, document=doc)
 
 
+class _Libraries:
+    """``list_libraries()`` (what ``wait_for_vectors`` polls) over a raw ``RetrievalService`` stub."""
+
+    def __init__(self, front: Any) -> None:
+        self._front = front
+
+    def list_libraries(self) -> Any:
+        from ragspine_services._gen import retrieval_pb2
+
+        return self._front.ListLibraries(retrieval_pb2.ListLibrariesRequest()).libraries
+
+
 def run_laptop_demo(data_dir: Path, *, top_k: int) -> int:
     """Serve laptop mode on a free loopback port, ingest and query over gRPC; returns restricted-hits seen."""
     from dataclasses import replace
 
+    from ragspine.cli.ingest_cmd import wait_for_vectors
     from ragspine.settings import Settings
     from ragspine_services._gen import retrieval_pb2
     from ragspine_services.client import RemoteFront
@@ -90,14 +103,17 @@ def run_laptop_demo(data_dir: Path, *, top_k: int) -> int:
         print(f"front tier listening on {address} ({type(info).__name__} answered)")
         ingest = front.IngestStream(_ingest_requests(DEMO_LIBRARY))
         written = sum(r.chunks_written for r in ingest.results)
-        print(
-            f"ingested {len(ingest.results)} sample documents into {DEMO_LIBRARY!r} ({written} new chunks)\n"
-        )
+        print(f"ingested {len(ingest.results)} sample documents into {DEMO_LIBRARY!r} ({written} new chunks)")
+        # Ingest returns once the text is durable; the answers below are hybrid once the vectors are in.
+        wait_for_vectors(_Libraries(front), DEMO_LIBRARY, poll_s=0.1, stream=sys.stdout)
+        print()
         for question in DEMO_QUESTIONS:
             response = front.Retrieve(
                 retrieval_pb2.RetrieveRequest(query=question, libraries=[DEMO_LIBRARY], top_k=top_k)
             )
             flags = f"  [degraded: {', '.join(response.degraded)}]" if response.degraded else ""
+            if response.partial:
+                flags += f"  [partial: {response.pending_vectors} chunks still without vectors]"
             print(f"Q: {question}{flags}")
             if not response.snippets:
                 print("  (no evidence found)")

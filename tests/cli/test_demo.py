@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,5 +32,11 @@ def test_demo_prints_cited_snippets_and_no_restricted(tmp_path: Path, mode: str)
     assert "zh_factory_safety.md#para" in stdout  # Chinese questions find Chinese evidence
     assert "RESTRICTED snippets returned: 0" in stdout
     assert "board_restructuring" not in stdout  # the RESTRICTED document never surfaces
+    # The questions are asked once the vectors are in: no answer is partial, and with a dense model the
+    # English answers carry vector scores.
+    assert "vectors for 'sample' ready" in stdout and "[partial" not in stdout
+    vector_scores = [float(v) for v in re.findall(r"vector=([0-9.]+)", stdout)]
+    assert vector_scores
+    assert any(v > 0 for v in vector_scores) == (mode == "auto")
     # Re-running on the same data dir finds the documents unchanged.
     assert "(0 new chunks)" in _demo(tmp_path, mode)
