@@ -162,6 +162,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if result.degraded:
         print(f"(degraded: {', '.join(result.degraded)} skipped)")
+    if result.partial:
+        print(
+            f"(partial: {result.pending_vectors} chunks have no vectors yet and were ranked lexically; "
+            "'ragspine ingest --wait' waits for them)"
+        )
     for report in result.filter_fields:
         if report.documents_missing:
             print(

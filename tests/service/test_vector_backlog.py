@@ -132,3 +132,24 @@ def test_reverse_proof_restart_check_catches_recomputation(
     monkeypatch.setattr(VectorLedgerMixin, "use_vector_model", dropping)
     with pytest.raises(AssertionError, match=r"lost its vectors|re-embedded"):
         check_restart_serves_hybrid_without_reembedding(make_front, worker, tmp_path / "data")
+
+
+def test_query_command_says_when_an_answer_is_partial(make_front, make_worker, capsys) -> None:
+    """``ragspine query`` during the backlog tells the person why hybrid scores are missing, and stops
+    saying it once the vectors are in."""
+    from ragspine.cli import main
+
+    gate = PassageGate()
+    worker = make_worker(gate, WorkerLimits(max_concurrent=2))
+    front = make_front(worker_address=worker.address, mode="hybrid")
+    try:
+        check_backlog_query(front)
+        capsys.readouterr()
+        assert main(["query", QUERY, "--server", front.address, "--mode", "hybrid"]) == 0
+        out = capsys.readouterr().out
+        assert "(partial: " in out and "chunks have no vectors yet" in out and "ingest --wait" in out
+    finally:
+        gate.release.set()
+    wait_for(lambda: _pending(front) == 0, timeout=20)
+    assert main(["query", QUERY, "--server", front.address, "--mode", "hybrid"]) == 0
+    assert "(partial" not in capsys.readouterr().out
