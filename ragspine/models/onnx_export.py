@@ -179,12 +179,11 @@ def minilm_qint8(folder: Path | None = None) -> Path:
 
     model_dir = minilm_dir()
     target = _qint8_target(folder)
-    digest_file = target.with_name(target.name + ".sha256")
     with open(target.with_name(target.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if target.is_file():
-                if digest_file.is_file() and digest_file.read_text().strip() == _sha256(target):
+                if _matches_digest(target):
                     return target
                 logger.warning("cached model %s does not match its digest; quantising it again", target)
                 target.unlink()
@@ -194,7 +193,7 @@ def minilm_qint8(folder: Path | None = None) -> Path:
             except ValueError:  # an unreadable cached fp32 export: export it again, once
                 fp32.unlink(missing_ok=True)
                 quantise_per_token(export_encoder(model_dir), target)
-            write_atomic(digest_file, (_sha256(target) + "\n").encode())
+            write_atomic(_digest_file(target), (_sha256(target) + "\n").encode())
             return target
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -207,6 +206,18 @@ def _qint8_target(folder: Path | None) -> Path:
     out_dir = folder or cache_dir() / "onnx"
     out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir / f"all-MiniLM-L6-v2-{_tag(minilm_dir())}-qint8tok.onnx"
+
+
+def _digest_file(model: Path) -> Path:
+    return model.with_name(model.name + ".sha256")
+
+
+def _matches_digest(model: Path) -> bool:
+    """True when ``model`` and its ``.sha256`` both exist and agree (a finished, undamaged build)."""
+    try:
+        return _digest_file(model).read_text().strip() == _sha256(model)
+    except OSError:
+        return False
 
 
 # The command that builds the integer MiniLM in a child process (``minilm_qint8_isolated``).
@@ -223,12 +234,8 @@ def minilm_qint8_isolated(folder: Path | None = None) -> Path:
     ``ValueError`` with the child's last words when the build fails.
     """
     target = _qint8_target(folder)
-    digest_file = target.with_name(target.name + ".sha256")
-    try:
-        if digest_file.read_text().strip() == _sha256(target):
-            return target
-    except OSError:
-        pass  # not built yet (or half gone): the child builds it
+    if _matches_digest(target):
+        return target
     import ragspine
 
     env = dict(os.environ)

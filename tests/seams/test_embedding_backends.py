@@ -153,13 +153,14 @@ def _fake_class(name: str, base: type = _FakeModel) -> type:
 @pytest.fixture()
 def fake_dense(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     module = types.ModuleType("ragspine.models.dense")
-    for name in ("OnnxEmbeddingBackend", "SentenceTransformerEmbeddingBackend", "E5EmbeddingBackend"):
-        setattr(module, name, _fake_class(name))
+    names = ("OnnxEmbeddingBackend", "SentenceTransformerEmbeddingBackend", "E5EmbeddingBackend")
+    classes = {name: _fake_class(name) for name in names}
     # As in the real module, the integer MiniLM is a kind of OnnxEmbeddingBackend.
-    module.MiniLMInt8EmbeddingBackend = _fake_class(  # type: ignore[attr-defined]
-        "MiniLMInt8EmbeddingBackend",
-        module.OnnxEmbeddingBackend,  # type: ignore[attr-defined]
+    classes["MiniLMInt8EmbeddingBackend"] = _fake_class(
+        "MiniLMInt8EmbeddingBackend", classes["OnnxEmbeddingBackend"]
     )
+    for name, cls in classes.items():
+        setattr(module, name, cls)
     monkeypatch.setitem(sys.modules, "ragspine.models.dense", module)
     yield module
 
@@ -247,7 +248,7 @@ class TestFactory:
         """These names promise an OnnxEmbeddingBackend: a caller who replaced that class (a stand-in in a
         test, a subclass of their own) gets it, not the integer MiniLM beside it."""
         monkeypatch.setattr(eb, "_runs_on_cpu", lambda device: True)
-        fake_dense.OnnxEmbeddingBackend = _fake_class("MyOnnx")  # type: ignore[attr-defined]
+        monkeypatch.setattr(fake_dense, "OnnxEmbeddingBackend", _fake_class("MyOnnx"))
         backend = make_embedding_backend(spec, max_length=64)
         assert backend.kind == "MyOnnx" and backend.kwargs == {"max_length": 64}
         assert make_embedding_backend("minilm-int8").kind == "MiniLMInt8EmbeddingBackend"
@@ -255,12 +256,13 @@ class TestFactory:
     def test_the_integer_minilm_failing_to_build_falls_back_with_a_warning(
         self, fake_dense: types.ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
     ) -> None:
-        class CannotBuild(fake_dense.OnnxEmbeddingBackend):  # type: ignore[name-defined,misc]
-            def __init__(self, **kwargs: Any) -> None:
-                raise ValueError("export failed: disk full")
+        def cannot_build(self: Any, **kwargs: Any) -> None:
+            raise ValueError("export failed: disk full")
 
+        # Still a kind of the module's OnnxEmbeddingBackend, so the factory tries it first.
+        cannot = type("CannotBuild", (fake_dense.OnnxEmbeddingBackend,), {"__init__": cannot_build})
         monkeypatch.setattr(eb, "_runs_on_cpu", lambda device: True)
-        fake_dense.MiniLMInt8EmbeddingBackend = CannotBuild  # type: ignore[attr-defined]
+        monkeypatch.setattr(fake_dense, "MiniLMInt8EmbeddingBackend", cannot)
         with caplog.at_level("WARNING", logger=eb.__name__):
             backend = make_embedding_backend("auto", max_length=64)
         assert backend.kind == "OnnxEmbeddingBackend" and backend.kwargs == {"max_length": 64}
@@ -282,13 +284,13 @@ class TestFactory:
             make_embedding_backend(spec)
 
     def test_runtime_import_error_inside_the_backend_names_the_extra(
-        self, fake_dense: types.ModuleType
+        self, fake_dense: types.ModuleType, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         def no_runtime(**kwargs: Any) -> None:
             raise ImportError("No module named 'onnxruntime'")
 
-        fake_dense.OnnxEmbeddingBackend = no_runtime  # type: ignore[attr-defined]
-        fake_dense.MiniLMInt8EmbeddingBackend = no_runtime  # type: ignore[attr-defined]
+        monkeypatch.setattr(fake_dense, "OnnxEmbeddingBackend", no_runtime)
+        monkeypatch.setattr(fake_dense, "MiniLMInt8EmbeddingBackend", no_runtime)
         with pytest.raises(ImportError, match=r"ragspine\[models\].*onnxruntime"):
             make_embedding_backend("onnx")
 
