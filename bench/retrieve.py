@@ -15,6 +15,13 @@ Stages, each timed over the same judged queries (top 100, or --top N for both si
   snippets     NarrativeIndexRetriever.retrieve: the whole retrieval pipeline (ragspine.retrieval.pipeline:
                request, route, channels, exit #2, snippet dicts with provenance, final exit, report)
 
+``--breakdown`` adds what each part of the ``snippets`` stage costs inside the whole pipeline: the stage
+runs again with one part replaced by a lookup of that part's own answers, computed beforehand for every
+query (the lexical kernel's keys and scores, the glossary's query variants; the store's change check
+answers "no change", true while nothing writes). The difference to the whole stage, per query, is that
+part's marginal cost, cache misses included; "rest" is the whole stage minus those parts. Every stand-in
+is checked first to give exactly the snippets the real part gives.
+
 Rounds alternate: each round times every stage once over all queries, back to back, and each stage's
 ratio to bm25s is taken within its round. The figures are the median over rounds of those per-round
 ratios (and of each stage's q/s), so load from other processes on a shared machine hits ours and the peer
@@ -22,7 +29,7 @@ alike. Process CPU time is the default clock (with one thread it equals wall tim
 ``--clock wall`` measures elapsed time. The load average is printed at the start and the end.
 
 Usage: python bench/retrieve.py [--data ../shared/data/scifact] [--mode bm25|hybrid] [--rounds 15]
-       [--clock cpu|wall] [--top 100] [--json]
+       [--clock cpu|wall] [--top 100] [--breakdown] [--json]
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # no
 from ragspine.settings import Settings  # noqa: E402
 
 STAGES = ("bm25s", "bm25s_pool", "raw", "floor", "search", "retrieve", "snippets")
+# --breakdown: the part a stage variant replaces, and the variant's name.
+PARTS = {"kernel": "without_kernel", "store_check": "without_store_check", "glossary": "without_glossary"}
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 TOP = 100  # default depth: the judged-query evaluations read the top 100
 
@@ -91,6 +100,95 @@ def summarise(per_round: list[dict[str, float]], peer: str = "bm25s") -> dict[st
     return figures
 
 
+def breakdown(per_round: list[dict[str, float]]) -> dict[str, float]:
+    """Median µs per query of bm25s and of the whole ``snippets`` stage, and each part's marginal µs.
+
+    A part's marginal cost in a round is the whole stage's time minus the time of the stage with that
+    part replaced; "rest" is the whole stage minus every part's marginal cost."""
+
+    def us(qps: float) -> float:
+        return 1e6 / qps
+
+    out: dict[str, float] = {
+        "bm25s_us": statistics.median(us(r["bm25s"]) for r in per_round),
+        "snippets_us": statistics.median(us(r["snippets"]) for r in per_round),
+    }
+    rest = []
+    for r in per_round:
+        parts = [us(r["snippets"]) - us(r[variant]) for variant in PARTS.values()]
+        rest.append(us(r["snippets"]) - sum(parts))
+    for part, variant in PARTS.items():
+        out[f"{part}_us"] = statistics.median(us(r["snippets"]) - us(r[variant]) for r in per_round)
+    out["rest_us"] = statistics.median(rest)
+    return out
+
+
+class _Replaced:
+    """Within ``with``, the named attributes of ``obj`` are the given stand-ins (as instance attributes;
+    whatever the instance held under those names before is put back afterwards)."""
+
+    def __init__(self, obj: object, **stand_ins: object) -> None:
+        self.obj, self.stand_ins = obj, stand_ins
+        self.saved: dict[str, object] = {}
+
+    def __enter__(self) -> None:
+        own = vars(self.obj)
+        self.saved = {name: own[name] for name in self.stand_ins if name in own}
+        for name, value in self.stand_ins.items():
+            setattr(self.obj, name, value)
+
+    def __exit__(self, *_exc: object) -> None:
+        for name in self.stand_ins:
+            if name in self.saved:
+                setattr(self.obj, name, self.saved[name])
+            else:
+                delattr(self.obj, name)
+
+
+def part_variants(
+    index: Any, link: NarrativeIndexRetriever, queries: Sequence[tuple[str, list[str]]], top: int
+) -> dict[str, Stage]:
+    """The ``snippets`` stage with one part replaced by a lookup of its own answers (``--breakdown``).
+
+    Raises ``RuntimeError`` when a stand-in changes any query's snippets."""
+    retriever = index.retriever
+    lex = retriever._lex
+    variants = {text: retriever._variants(text) for text, _ in queries}
+    kernel: dict[tuple[tuple[str, ...], int | None], tuple[list[str], list[float]]] = {}
+    for text, _ in queries:
+        for variant in variants[text]:
+            tokens = tokenize(variant)
+            kernel[(tuple(tokens), top)] = lex.search_columns(tokens, top)
+
+    def cached_columns(
+        tokens: Sequence[str], k: int | None = None, *, allowed: object = None
+    ) -> tuple[list[str], list[float]]:
+        return kernel[(tuple(tokens), k)]
+
+    def no_change(*, wait: bool = True) -> int:
+        return 0
+
+    stand_ins = {
+        "without_kernel": _Replaced(lex, search_columns=cached_columns),
+        "without_store_check": _Replaced(index, sync=no_change),
+        "without_glossary": _Replaced(retriever, _variants=variants.__getitem__),
+    }
+    expected = {text: link.retrieve(text, top_k=top) for text, _ in queries}
+    for name, replaced in stand_ins.items():
+        with replaced:
+            if any(link.retrieve(text, top_k=top) != expected[text] for text, _ in queries):
+                raise RuntimeError(f"the {name} stand-in changed the snippets; its figure would be wrong")
+
+    def run_with(replaced: _Replaced) -> Stage:
+        def stage(text: str, _tokens: list[str]) -> object:
+            with replaced:
+                return link.retrieve(text, top_k=top)
+
+        return stage
+
+    return {name: run_with(replaced) for name, replaced in stand_ins.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="scifact", help="BEIR folder or a name under ../shared/data")
@@ -98,6 +196,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15, help="alternating rounds (medians are reported)")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     ap.add_argument("--top", type=int, default=TOP, help="results per query, both sides")
+    ap.add_argument("--breakdown", action="store_true", help="marginal cost of each part of `snippets`")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     args = ap.parse_args()
     if args.rounds < 1:
@@ -150,6 +249,8 @@ def main() -> int:
             "retrieve": lambda q, _t: index.retrieve(q, top_k=top),
             "snippets": lambda q, _t: link.retrieve(q, top_k=top),
         }
+        if args.breakdown:
+            stages.update(part_variants(index, link, queries, top))
         for _ in range(2):  # warm-up: caches, first-call costs of every stage
             for fn in stages.values():
                 for text, tokens in queries[:50]:
@@ -166,6 +267,7 @@ def main() -> int:
         "load_end": round(os.getloadavg()[0], 2),
         "ingest_docs_per_s": ingest_docs_per_s,
         **summarise(per_round),
+        **(breakdown(per_round) if args.breakdown else {}),
     }
 
     if args.json:
@@ -183,6 +285,12 @@ def main() -> int:
             f"{stage:<10} {float(figures[f'{stage}_qps']):>10.0f} {float(figures[f'{stage}_ratio']):>8.2f}x"
             f"   {float(figures[f'{stage}_ratio_min']):>9.2f}-{float(figures[f'{stage}_ratio_max']):.2f}x"
             f" {float(figures[f'{stage}_vs_pool']):>13.2f}x"
+        )
+    if args.breakdown:
+        print(
+            f"per query (median over rounds): bm25s {float(figures['bm25s_us']):.1f} µs; snippets "
+            f"{float(figures['snippets_us']):.1f} µs = "
+            + " + ".join(f"{part} {float(figures[f'{part}_us']):.1f}" for part in (*PARTS, "rest"))
         )
     print(f"ingest {float(figures['ingest_docs_per_s']):.0f} docs/s (chunk, store in SQLite, index)")
     return 0
