@@ -14,7 +14,7 @@ import pytest
 
 from ragspine.retrieval.visual.maxsim import maxsim_scores
 from ragspine.retrieval.visual.page_index import VisualPageIndex
-from ragspine.retrieval.visual.page_matrix import MatrixView, PageMatrix, segment_maxsim
+from ragspine.retrieval.visual.page_matrix import MatrixView, PageMatrix, SegmentedRows, segment_maxsim
 from ragspine.retrieval.visual.page_store import VisualPageStore
 from ragspine.retrieval.visual.pages import PageRecord
 
@@ -351,3 +351,149 @@ class _IgnoresDeadPages(VisualPageIndex):
 def test_reverse_proof_the_plain_comparison_catches_dead_pages_that_still_score() -> None:
     with pytest.raises(AssertionError):
         _replace_again_and_again(_IgnoresDeadPages)
+
+
+# --- segments: an append never copies the rows already held -------------------------------------------
+
+
+def _blocks(rng: np.random.Generator, sizes: Sequence[int]) -> list[np.ndarray]:
+    return [rng.standard_normal((n, DIM)).astype(np.float32) for n in sizes]
+
+
+def test_an_append_after_a_build_copies_no_held_row_and_scores_like_one_block() -> None:
+    rng = np.random.default_rng(21)
+    built, added = _blocks(rng, [30, 25, 40, 12, 33]), _blocks(rng, [20, 7, 1, 15])
+    matrix = PageMatrix(DIM, chunk_rows=64)
+    matrix.append(built)  # a build: exactly its 140 rows
+    assert (matrix.n_segments, matrix.nbytes) == (1, 140 * DIM * 4 + 5 * 16)
+    before = matrix.snapshot()
+    matrix.append(added)
+    view = matrix.snapshot()
+    assert matrix.n_segments == 2
+    # The rows held before are the same memory (not copied), and the earlier snapshot is unchanged.
+    assert isinstance(view.rows, SegmentedRows) and view.rows.segments[0] is not None
+    assert np.shares_memory(view.rows.segments[0], before.rows)
+    # One new segment of chunk_rows rows, not a buffer of one and a half times the matrix.
+    assert matrix.nbytes == (140 + 64) * DIM * 4 + 9 * 16
+    fresh = PageMatrix(DIM)
+    fresh.append([*built, *added])
+    query = rng.standard_normal((5, DIM)).astype(np.float32)
+    np.testing.assert_allclose(view.scores(query), fresh.snapshot().scores(query), rtol=1e-5, atol=1e-5)
+    for k in (1, 4, 9):
+        keep, exact = view.top_k(query, k, None, _each_alone)
+        fresh_keep, fresh_exact = fresh.snapshot().top_k(query, k, None, _each_alone)
+        best = sorted(zip(exact.tolist(), keep.tolist(), strict=True), reverse=True)[:k]
+        fresh_best = sorted(zip(fresh_exact.tolist(), fresh_keep.tolist(), strict=True), reverse=True)[:k]
+        assert best == fresh_best
+    np.testing.assert_array_equal(view.page_rows(6), added[1])
+    np.testing.assert_array_equal(view.scores(query, [8, 1]), fresh.snapshot().scores(query, [8, 1]))
+
+
+class _CopyingMatrix(PageMatrix):
+    """Broken (the earlier layout): an append that overflows the buffer copies every held row into a new
+    buffer one and a half times as large."""
+
+    def _place(self, block: np.ndarray) -> int:
+        if self._segments and self._seg_used[-1] + block.shape[0] > self._segments[-1].shape[0]:
+            pairs = zip(self._segments, self._seg_used, strict=True)
+            held = np.concatenate([seg[:used] for seg, used in pairs])
+            grown = np.empty((max(len(held) + len(block), int(len(held) * 1.5)), self.dim), np.float32)
+            grown[: len(held)] = held
+            self._segments, self._seg_used = [grown], [len(held)]
+        return super()._place(block)
+
+
+def test_reverse_proof_a_copying_append_is_caught() -> None:
+    with pytest.raises(AssertionError):
+        _run_with(_CopyingMatrix)
+
+
+def _run_with(matrix_cls: type[PageMatrix]) -> None:
+    rng = np.random.default_rng(21)
+    matrix = matrix_cls(DIM, chunk_rows=64)
+    matrix.append(_blocks(rng, [30, 25, 40, 12, 33]))
+    before = matrix.snapshot()
+    matrix.append(_blocks(rng, [20, 7]))
+    rows = matrix.snapshot().rows
+    first = rows.segments[0] if isinstance(rows, SegmentedRows) else rows
+    assert np.shares_memory(first, before.rows)
+
+
+def test_run_with_the_shipped_matrix_passes() -> None:
+    _run_with(PageMatrix)
+
+
+def test_a_small_matrix_still_grows_in_one_block() -> None:
+    # Below chunk_rows rows a copy is cheap: the matrix stays one segment (no many tiny GEMMs).
+    rng = np.random.default_rng(2)
+    matrix = PageMatrix(DIM, chunk_rows=1000)
+    matrix.append(_blocks(rng, [10, 10]))
+    for _ in range(20):
+        matrix.append(_blocks(rng, [15]))
+    assert matrix.n_segments == 1 and matrix.n_rows == 320
+
+
+class _RecordingRows(SegmentedRows):
+    def __init__(self, segments: Sequence[np.ndarray]) -> None:
+        super().__init__(segments)
+        self.spans: list[tuple[int, int]] = []
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, slice):
+            self.spans.append((key.start, key.stop))
+        return super().__getitem__(key)
+
+
+def test_segment_maxsim_scores_each_segment_apart() -> None:
+    rng = np.random.default_rng(8)
+    blocks = _blocks(rng, [5, 9, 0, 4, 12, 3, 7, 6])
+    segments = [np.concatenate(blocks[:3]), np.concatenate(blocks[3:5]), np.concatenate(blocks[5:])]
+    rows = _RecordingRows(segments)
+    counts = np.array([b.shape[0] for b in blocks], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    query = rng.standard_normal((3, DIM)).astype(np.float32)
+    got = segment_maxsim(query, rows, starts, counts, chunk_rows=1000)
+    want = np.array([_each_alone(query, [b])[0] if len(b) else 0.0 for b in blocks], dtype=np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    bounds = rows.offsets.tolist()
+    for lo, hi in rows.spans:  # every chunk read one segment's rows, as a view
+        s = max(i for i, b in enumerate(bounds) if b <= lo)
+        assert hi <= bounds[s + 1]
+
+
+def test_segmented_rows_read_like_one_array() -> None:
+    rng = np.random.default_rng(9)
+    parts = [rng.standard_normal((n, 4)).astype(np.float32) for n in (3, 1, 5)]
+    whole = np.concatenate(parts)
+    rows = SegmentedRows(parts)
+    assert rows.shape == (9, 4) and len(rows) == 9 and rows.dtype == np.float32
+    assert rows.nbytes == whole.nbytes
+    for lo, hi in [(0, 3), (1, 2), (3, 4), (4, 9), (2, 7), (0, 9), (5, 5), (7, 20)]:
+        np.testing.assert_array_equal(rows[lo:hi], whole[lo:hi])
+    assert np.shares_memory(rows[4:8], parts[2])  # within a segment: a view
+    index = np.array([8, 0, 3, 3, 5, 2])
+    np.testing.assert_array_equal(rows[index], whole[index])
+    out = np.empty((6, 4), np.float32)
+    rows.copy_into(2, 8, out)
+    np.testing.assert_array_equal(out, whole[2:8])
+    with pytest.raises(ValueError, match="step"):
+        rows[0:9:2]
+    with pytest.raises(ValueError, match="at least one segment"):
+        SegmentedRows([])
+
+
+def test_index_over_many_segments_ranks_like_the_plain_computation(monkeypatch: pytest.MonkeyPatch) -> None:
+    import functools
+
+    import ragspine.retrieval.visual.page_index as page_index
+
+    made: list[PageMatrix] = []
+
+    def small_chunks(dim: int, **kwargs: Any) -> PageMatrix:
+        matrix = PageMatrix(dim, chunk_rows=48, **kwargs)
+        made.append(matrix)
+        return matrix
+
+    monkeypatch.setattr(page_index, "PageMatrix", functools.partial(small_chunks))
+    run_writes_and_check(VisualPageIndex, "float32", 3)
+    assert made and max(m.n_segments for m in made) > 1

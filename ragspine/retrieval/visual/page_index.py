@@ -61,8 +61,8 @@ class VisualPageIndex:
     default float16 store) or ``float32``.
 
     With the default scorer on the CPU (``device="cpu"``, or ``"auto"`` without CUDA) the copy is a
-    ``PageMatrix``: every page's vectors stacked unpadded in one float32 array, ``n_vectors x dim x 4``
-    bytes per page (plus up to half that in spare capacity after appends), built once and then kept up to
+    ``PageMatrix``: every page's vectors stacked unpadded in float32 segments, ``n_vectors x dim x 4``
+    bytes per page (plus at most one partly filled segment after appends), built once and then kept up to
     date by each write: new and replaced pages are appended, replaced and deleted ones marked dead (never
     returned; compacted away once dead rows reach a quarter of the matrix); a query is then one matrix
     product and a segmented max, with no conversion. Otherwise (an injected scorer, or CUDA) the copy is

@@ -1,18 +1,23 @@
-"""A contiguous float32 scoring matrix of page multi-vectors, for MaxSim on the CPU without per-query copies.
+"""A float32 scoring matrix of page multi-vectors, for MaxSim on the CPU without per-query copies.
 
-Every page's ``(n_vectors, dim)`` block is stacked, unpadded, into one float32 ``(rows, dim)`` array; page
+Every page's ``(n_vectors, dim)`` block is stacked, unpadded, into float32 ``(rows, dim)`` arrays; page
 ``i`` owns rows ``starts[i] : starts[i + 1]``. A query is one matrix product per chunk of pages
 (``rows @ query.T``, ``(rows, q_tokens)`` similarities) followed by a segmented max over each page's rows
 (``np.maximum.reduceat``) and a sum over query tokens, which is exactly ``sum_t max_j <q_t, p_j>``.
 
 Memory: ``n_vectors x dim x 4`` bytes per page plus 8 bytes for its row offset (96 KiB for a page of 192
-ColPali vectors at 128-d), with up to half that again in spare capacity after appends (appends grow the
-buffer by 1.5x so that adding pages is amortised O(new rows)); a query needs at most
+ColPali vectors at 128-d). Rows live in segments. The first ``append`` into an empty matrix (a build)
+allocates exactly the rows it needs. A later append fills the last segment; when the page does not fit,
+a segment below ``chunk_rows`` rows grows by copying (by half, up to ``chunk_rows``: cheap and amortised),
+while a larger one is left as it is and a new segment of ``chunk_rows`` rows opens (more for a larger
+page). So an append never copies a large matrix, and spare capacity is at most one segment (32 MiB at
+128-d and the default ``chunk_rows``) where the old single buffer grew by half of everything held.
+Compaction (``keep``) gathers the kept rows into one segment again. A query needs at most
 ``chunk_rows x q_tokens x 4`` bytes of similarities (5 MiB at the default 65,536 rows and 20 tokens) plus,
 for a filtered query, a copy of the allowed pages' rows.
 
 The matrix is immutable to readers: ``snapshot`` hands out views of rows that later writes never modify
-(appends write past the snapshot's end or into a new buffer; removals build a new buffer), so a query
+(appends write past the snapshot's end or into a new segment; removals build a new segment), so a query
 running beside a write scores a consistent set of pages. A page replaced or deleted by a write can instead
 be marked dead (``kill``): its rows stay, unscored by ``top_k``, until dead rows make up a quarter of the
 matrix (``needs_compaction``), so a small write costs no copy of the whole matrix.
@@ -52,7 +57,10 @@ class PageMatrix:
         self.dim = int(dim)
         self.value_dtype = np.dtype(value_dtype)
         self.chunk_rows = chunk_rows
-        self._buffer = np.zeros((0, self.dim), dtype=np.float32)
+        # Row segments, each (capacity, dim); rows are numbered across them in order, and only the last
+        # one has free rows (an append opens a new segment rather than copying the rows held).
+        self._segments: list[np.ndarray] = []
+        self._seg_used: list[int] = []
         self._used = 0
         self._starts = np.zeros(0, dtype=np.int64)
         self._counts = np.zeros(0, dtype=np.int64)
@@ -91,22 +99,25 @@ class PageMatrix:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the row buffer (spare capacity included) and the offsets."""
-        return int(self._buffer.nbytes + self._starts.nbytes + self._counts.nbytes)
+        """Bytes held: the row segments (spare capacity included) and the offsets."""
+        rows = sum(int(seg.nbytes) for seg in self._segments)
+        return int(rows + self._starts.nbytes + self._counts.nbytes)
+
+    @property
+    def n_segments(self) -> int:
+        """Row segments held (1 after a build or a compaction; appends may open more)."""
+        return len(self._segments)
 
     def append(self, blocks: Sequence[Any]) -> None:
         """Add pages (one ``(n_i, dim)`` block each) after the existing ones."""
         rows = [_as_rows(b, self.dim, self.value_dtype) for b in blocks]
         counts = np.array([r.shape[0] for r in rows], dtype=np.int64)
-        need = self._used + int(counts.sum())
-        if need > self._buffer.shape[0]:
-            grown = np.empty((max(need, int(self._buffer.shape[0] * 1.5)), self.dim), dtype=np.float32)
-            grown[: self._used] = self._buffer[: self._used]
-            self._buffer = grown  # earlier snapshots keep the old buffer
-        starts = self._used + np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        for start, block in zip(starts, rows, strict=True):
-            self._buffer[start : start + block.shape[0]] = block
-        self._used = need
+        if not self._segments and int(counts.sum()):
+            # A build: one segment of exactly the rows of this call.
+            self._segments, self._seg_used = [np.empty((int(counts.sum()), self.dim), dtype=np.float32)], [0]
+        starts = np.empty(len(rows), dtype=np.int64)
+        for i, block in enumerate(rows):
+            starts[i] = self._place(block)
         for block in rows:
             if block.shape[0]:
                 norm = float(np.linalg.norm(block.astype(np.float64), axis=1).max())
@@ -116,7 +127,7 @@ class PageMatrix:
         self._dead = np.concatenate([self._dead, np.zeros(len(rows), dtype=bool)])
 
     def keep(self, which: Sequence[int], *, spare_rows: int = 0) -> None:
-        """Keep only the pages at positions ``which`` (in that order), compacted into a new buffer with
+        """Keep only the pages at positions ``which`` (in that order), compacted into one new segment with
         room for ``spare_rows`` more rows (an ``append`` that follows then copies nothing again)."""
         index = np.asarray(which, dtype=np.int64)
         rows = self._row_index(index)
@@ -124,17 +135,55 @@ class PageMatrix:
         buffer = np.empty((used + max(0, int(spare_rows)), self.dim), dtype=np.float32)
         # Copied run by run: kept pages mostly sit back to back (a gather row by row is several times
         # slower on a large matrix).
+        held = self._rows()
         done = 0
         for lo, hi in _runs(rows):
-            buffer[done : done + hi - lo] = self._buffer[lo:hi]
+            if isinstance(held, SegmentedRows):
+                held.copy_into(lo, hi, buffer[done : done + hi - lo])
+            else:
+                buffer[done : done + hi - lo] = held[lo:hi]
             done += hi - lo
-        self._buffer = buffer  # a new array: earlier snapshots keep theirs
+        self._segments, self._seg_used = [buffer], [used]  # new arrays: earlier snapshots keep theirs
         self._used = used
         self._counts = self._counts[index]
         # Page i starts where the pages before it end (no page kept: no start either).
         self._starts = (np.cumsum(self._counts) - self._counts).astype(np.int64)
         self._dead = self._dead[index]
         self._dead_rows = int(self._counts[self._dead].sum())
+
+    def _place(self, block: np.ndarray) -> int:
+        """Copy one page's rows after the rows held (a page never spans two segments); returns the number
+        of its first row. A last segment below ``chunk_rows`` rows grows by copying (cheap, amortised);
+        a larger one is left as it is and a new segment of ``chunk_rows`` rows (or the page's) opens."""
+        n = int(block.shape[0])
+        if not self._segments:
+            self._segments, self._seg_used = [np.empty((n, self.dim), dtype=np.float32)], [0]
+        last, at = self._segments[-1], self._seg_used[-1]
+        if at + n > last.shape[0]:
+            if at < self.chunk_rows:
+                grown = np.empty(
+                    (max(at + n, min(int(last.shape[0] * 1.5), self.chunk_rows)), self.dim), dtype=np.float32
+                )
+                grown[:at] = last[:at]
+                self._segments[-1] = last = grown  # a new array: earlier snapshots keep the old one
+            else:
+                last, at = np.empty((max(n, self.chunk_rows), self.dim), dtype=np.float32), 0
+                self._segments.append(last)
+                self._seg_used.append(0)
+        last[at : at + n] = block
+        self._seg_used[-1] = at + n
+        first = self._used
+        self._used += n
+        return first
+
+    def _rows(self) -> np.ndarray | SegmentedRows:
+        """The rows held, as one array view when they sit in one segment."""
+        views = [seg[:used] for seg, used in zip(self._segments, self._seg_used, strict=True) if used]
+        if len(views) == 1:
+            return views[0]
+        if not views:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return SegmentedRows(views)
 
     def _row_index(self, pages: np.ndarray) -> np.ndarray:
         counts = self._counts[pages]
@@ -148,13 +197,73 @@ class PageMatrix:
     def snapshot(self) -> MatrixView:
         """The pages as they are now, for scoring; later writes do not change it."""
         return MatrixView(
-            self._buffer[: self._used],
+            self._rows(),
             self._starts,
             self._counts,
             self.chunk_rows,
             self._max_norm,
             dead=self._dead if self._dead.any() else None,
         )
+
+
+class SegmentedRows:
+    """Rows held in several arrays, numbered across them in order, read like one ``(rows, dim)`` array.
+
+    A slice within one segment is a view of it (pages never span segments, and ``segment_maxsim`` scores
+    each segment's pages apart); a slice across segments and an index array are gathered copies.
+    """
+
+    def __init__(self, segments: Sequence[np.ndarray]) -> None:
+        if not segments:
+            raise ValueError("SegmentedRows needs at least one segment")
+        self.segments = list(segments)
+        sizes = [int(seg.shape[0]) for seg in self.segments]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # one more than segments
+        first = self.segments[0]
+        self.shape = (int(self.offsets[-1]), int(first.shape[1]))
+        self.dtype = first.dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the rows read (the segments' used rows)."""
+        return sum(int(seg.nbytes) for seg in self.segments)
+
+    def __getitem__(self, key: slice | np.ndarray) -> np.ndarray:
+        if isinstance(key, slice):
+            lo, hi, step = key.indices(self.shape[0])
+            if step != 1:
+                raise ValueError("SegmentedRows slices take no step")
+            hi = max(lo, hi)
+            s = int(np.searchsorted(self.offsets, lo, side="right")) - 1
+            base = int(self.offsets[s])
+            if hi <= int(self.offsets[s + 1]):
+                view: np.ndarray = self.segments[s][lo - base : hi - base]
+                return view
+            out = np.empty((hi - lo, self.shape[1]), dtype=self.dtype)
+            self.copy_into(lo, hi, out)
+            return out
+        index = np.asarray(key, dtype=np.int64)
+        out = np.empty((index.shape[0], self.shape[1]), dtype=self.dtype)
+        owner = np.searchsorted(self.offsets, index, side="right") - 1
+        for s in np.unique(owner).tolist():
+            mask = owner == s
+            out[mask] = self.segments[s][index[mask] - self.offsets[s]]
+        return out
+
+    def copy_into(self, lo: int, hi: int, out: np.ndarray) -> None:
+        """Copy rows ``lo:hi`` into ``out`` (``hi - lo`` rows), segment by segment."""
+        s = int(np.searchsorted(self.offsets, lo, side="right")) - 1
+        done = 0
+        while lo < hi:
+            base, end = int(self.offsets[s]), int(self.offsets[s + 1])
+            take = min(hi, end) - lo
+            out[done : done + take] = self.segments[s][lo - base : lo - base + take]
+            done += take
+            lo += take
+            s += 1
 
 
 def _runs(rows: np.ndarray) -> list[tuple[int, int]]:
@@ -172,7 +281,7 @@ class MatrixView:
 
     def __init__(
         self,
-        rows: np.ndarray,
+        rows: np.ndarray | SegmentedRows,
         starts: np.ndarray,
         counts: np.ndarray,
         chunk_rows: int,
@@ -255,13 +364,18 @@ class MatrixView:
 
 
 def segment_maxsim(
-    query: np.ndarray, rows: np.ndarray, starts: np.ndarray, counts: np.ndarray, chunk_rows: int
+    query: np.ndarray,
+    rows: np.ndarray | SegmentedRows,
+    starts: np.ndarray,
+    counts: np.ndarray,
+    chunk_rows: int,
 ) -> np.ndarray:
     """MaxSim of ``query`` ``(q, d)`` against pages stored as row segments of ``rows`` ``(R, d)``.
 
     Page ``i`` is ``rows[starts[i] : starts[i] + counts[i]]``, segments in increasing row order and
     back to back. A page without rows scores 0 (as ``maxsim_scores`` does). Pages are scored in chunks of
-    about ``chunk_rows`` rows (a page is never split), so similarities never exceed that many rows.
+    about ``chunk_rows`` rows (a page is never split), so similarities never exceed that many rows; with
+    ``SegmentedRows`` a chunk never spans two of its segments either.
     """
     n = int(starts.shape[0])
     out = np.zeros(n, dtype=np.float32)
@@ -269,10 +383,16 @@ def segment_maxsim(
         return out
     qt = np.ascontiguousarray(query.T)  # (d, q)
     ends = starts + counts
+    bounds = rows.offsets if isinstance(rows, SegmentedRows) else None
     first = 0
     while first < n:
-        # The pages whose rows end within chunk_rows of this chunk's first row (at least one page).
-        last = max(first + 1, int(np.searchsorted(ends, starts[first] + chunk_rows, side="right")))
+        # The pages whose rows end within chunk_rows of this chunk's first row (at least one page) ...
+        limit = int(starts[first]) + chunk_rows
+        if bounds is not None:
+            # ... and within the segment that holds this chunk's first page.
+            segment = int(np.searchsorted(bounds, starts[first], side="right")) - 1
+            limit = min(limit, int(bounds[min(segment + 1, bounds.shape[0] - 1)]))
+        last = max(first + 1, int(np.searchsorted(ends, limit, side="right")))
         lo, hi = int(starts[first]), int(ends[last - 1])
         present = counts[first:last] > 0
         if hi > lo:
