@@ -36,6 +36,7 @@ from ragspine.retrieval.lexical.inverted_index import InvertedIndex
 from ragspine.retrieval.lexical.language import query_language, reads_language
 from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
+from ragspine.retrieval.vector.dense_rows import DenseRows
 from ragspine.retrieval.vector.store import VectorRecord, VectorStore
 
 IndexTextFn = Callable[[Chunk], str]
@@ -166,10 +167,9 @@ class HybridRetriever:
         # Indexed chunks still without a dense vector / a sparse encoding.
         self._dense_pending: set[str] = set()
         self._sparse_pending: set[str] = set()
-        self._dense: tuple[np.ndarray, dict[str, int]] | None = None
-        self._dense_ids: list[str] = []
-        # float32 copy of the dense matrix for the screening pass of a full scan (see _vector_ranking),
-        # paired with the matrix it was made from so that a rebuilt matrix gets a fresh copy.
+        # The search matrix of every indexed chunk's vector, updated by each write (not rebuilt after it).
+        self._dense = DenseRows()
+        # float32 copy of a plain matrix given to _screened_ranking, paired with that matrix.
         self._screen: tuple[np.ndarray, np.ndarray] | None = None
         self._sparse = ImpactIndex()
         # Document-level evidence (doc_weight > 0): one BM25 entry per document over its indexed chunks.
@@ -230,6 +230,9 @@ class HybridRetriever:
                 self._by_field[f].setdefault(getattr(c, f), set()).add(c.chunk_id)
         if self._docs is not None:
             self._docs.refresh(self._chunks, batch, self.index_text)
+        cached = [(c.chunk_id, self._vectors[c.chunk_id]) for c in batch if c.chunk_id in self._vectors]
+        if cached:  # vectors a caller's embedding cache already holds
+            self._dense.put(cached)
         if self.embedding_backend is not None:
             self._dense_pending.update(c.chunk_id for c in batch if c.chunk_id not in self._vectors)
         if self.sparse_encoder is not None:
@@ -276,7 +279,7 @@ class HybridRetriever:
             return []
         self._lex.remove_many(ids)
         self._sparse.remove_many(ids)
-        self._dense = None
+        self._dense.remove(ids)
         dropped = [self._chunks[cid] for cid in ids]
         self._sparse_pending.difference_update(ids)
         self._dense_pending.difference_update(ids)
@@ -317,7 +320,7 @@ class HybridRetriever:
             if kind == "dense":
                 everything = list(self._chunks)
                 self._vectors.clear()
-                self._dense = None
+                self._dense.clear()
                 if self.embedding_backend is not None:
                     self._dense_pending = set(self._chunks)
             else:
@@ -354,8 +357,7 @@ class HybridRetriever:
             for cid, vec, _ in fresh:
                 self._vectors[cid] = vec
                 self._dense_pending.discard(cid)
-            if fresh:
-                self._dense = None
+            self._dense.put([(cid, vec) for cid, vec, _ in fresh])
         if fresh and self.vector_store is not None and self.manage_vectors:
             with self._store_lock:
                 # Only chunks still indexed as they were: a drop meanwhile deletes after this write.
@@ -689,26 +691,6 @@ class HybridRetriever:
         pool: Iterable[str] = self._chunks if ids is None else sorted(ids)
         return [cid for cid in pool if metadata_filter.matches(self._chunks[cid])]
 
-    def _dense_matrix(self) -> tuple[np.ndarray, dict[str, int]]:
-        """Unit-normalised float64 matrix of every cached chunk vector and chunk_id → row; rebuilt only
-        after the indexed chunks or their vectors changed."""
-        if self._dense is None:
-            ids = [cid for cid in self._chunks if cid in self._vectors]
-            if not ids:  # nothing embedded yet (the backlog is still being filled)
-                self._dense_ids = []
-                self._dense = (np.zeros((0, 0), dtype=np.float64), {})
-                return self._dense
-            rows = [self._vectors[cid] for cid in ids]
-            if self._array_vectors:
-                matrix = np.stack(rows).astype(np.float64, copy=False)  # a fresh (n, dim) copy
-            else:
-                matrix = np.asarray(rows, dtype=np.float64).reshape(len(ids), -1)
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            matrix /= np.where(norms == 0.0, 1.0, norms)
-            self._dense_ids = ids
-            self._dense = (matrix, {cid: i for i, cid in enumerate(ids)})
-        return self._dense
-
     def _store_ranking(self, q: np.ndarray, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
         """Ranking by the external vector store (called with no lock held)."""
         assert self.vector_store is not None
@@ -740,33 +722,54 @@ class HybridRetriever:
             return []
         if self.vector_store is not None:
             return self._merge_external(self._store_ranking(q, candidates, k), candidates, self._generation)
-        matrix, rows = self._dense_matrix()  # (m, dim) unit rows
-        if not rows:
+        dense = self._dense
+        if dense.mismatched:
+            cid, dim = next(iter(dense.mismatched.items()))
+            raise RuntimeError(
+                f"embedding dimension mismatch: chunk {cid!r} has a {dim}-d vector, the others {dense.dim}-d"
+            )
+        if not len(dense):
             return []
-        if matrix.shape[1] != q.shape[0]:
-            raise RuntimeError(f"embedding dimension mismatch: query {q.shape}, chunks {matrix.shape}")
+        if dense.dim != q.shape[0]:
+            raise RuntimeError(
+                f"embedding dimension mismatch: query {q.shape}, chunks ({dense.n_rows}, {dense.dim})"
+            )
         q = q / (np.linalg.norm(q) or 1.0)
-        if candidates is None and len(rows) == len(pool):
-            pool = self._dense_ids
-            if len(pool) >= _SCREEN_MIN_ROWS and k * 8 <= len(pool):
-                return self._screened_ranking(matrix, q, pool, k)
-            sims = matrix @ q  # (n,)
+        ids: Sequence[str | None]
+        if candidates is None:
+            # Every row (a chunk still waiting for its vector has none yet); dead rows never rank.
+            alive = dense.alive
+            if len(dense) >= _SCREEN_MIN_ROWS and k * 8 <= len(dense):
+                return self._screened_ranking(dense, q, dense.ids, k, alive=alive)
+            ids = dense.ids
+            sims = dense.scores(q)
+            if alive is not None:
+                sims[~alive] = -np.inf
+            n = len(dense)
         else:
-            pool = [cid for cid in pool if cid in rows]
-            if not pool:
+            chosen = [cid for cid in candidates if cid in dense]
+            if not chosen:
                 return []
-            sims = matrix[np.fromiter((rows[cid] for cid in pool), dtype=np.int64, count=len(pool))] @ q
-        if k < len(pool):
+            sims = dense.gather(dense.rows_of(chosen)) @ q
+            ids, n = chosen, len(chosen)
+        if k < n:
             # Everything tied with the k-th best stays in play so that ties resolve by chunk_id, not by slot.
-            kth = np.partition(sims, len(pool) - k)[len(pool) - k]
+            kth = np.partition(sims, sims.shape[0] - k)[sims.shape[0] - k]
             keep = np.flatnonzero(sims >= kth)
         else:
-            keep = np.arange(len(pool))
-        ranked = sorted(((pool[i], float(sims[i])) for i in keep), key=lambda kv: (-kv[1], kv[0]))
+            keep = np.flatnonzero(sims > -np.inf)
+        found = [(ids[i], float(sims[i])) for i in keep.tolist()]
+        ranked = sorted(((cid, s) for cid, s in found if cid is not None), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:k]
 
     def _screened_ranking(
-        self, matrix: np.ndarray, q: np.ndarray, pool: list[str], k: int
+        self,
+        rows: np.ndarray | DenseRows,
+        q: np.ndarray,
+        pool: Sequence[str | None],
+        k: int,
+        *,
+        alive: np.ndarray | None = None,
     ) -> list[tuple[str, float]]:
         """``_vector_ranking`` over every row, with the same result: a float32 pass (half the memory
         traffic of the float64 product, which dominates a query on a large library) keeps every row that
@@ -775,23 +778,32 @@ class HybridRetriever:
         A float32 cosine of unit vectors is within ``eps = (dim + 2) * 2**-23`` of the float64 one (the
         rounding of both inputs and of a ``dim``-term sum of products bounded by 1 in total), and so is the
         k-th best score; every row whose float64 score reaches the float64 k-th best therefore has a
-        float32 score of at least the float32 k-th best minus ``2 * eps``."""
-        screen = self._screen
-        if screen is None or screen[0] is not matrix:
-            screen = self._screen = (matrix, matrix.astype(np.float32))
-        sims32 = screen[1] @ q.astype(np.float32)
-        n = len(pool)
+        float32 score of at least the float32 k-th best minus ``2 * eps``.
+
+        ``rows``: a unit-row float64 matrix (its float32 copy is made here and kept for the next call) or
+        ``DenseRows`` (which keeps its own). ``alive`` marks the rows that may rank (None = all); at least
+        ``k`` of them must be live."""
+        q32 = q.astype(np.float32)
+        if isinstance(rows, DenseRows):
+            sims32, dim = rows.screen_scores(q32), rows.dim or 0
+        else:
+            cached = self._screen
+            if cached is None or cached[0] is not rows:
+                cached = self._screen = (rows, rows.astype(np.float32))
+            sims32, dim = cached[1] @ q32, int(rows.shape[1])
+        if alive is not None:
+            sims32[~alive] = -np.inf
+        n = sims32.shape[0]
         kth32 = np.partition(sims32, n - k)[n - k]
-        eps = (matrix.shape[1] + 2) * 2.0**-23
+        eps = (dim + 2) * 2.0**-23
         shortlist = np.flatnonzero(sims32 >= kth32 - 2 * eps)
-        sims = matrix[shortlist] @ q
+        sims = (rows.gather(shortlist) if isinstance(rows, DenseRows) else rows[shortlist]) @ q
         if k < len(shortlist):
             kth = np.partition(sims, len(shortlist) - k)[len(shortlist) - k]
             keep = shortlist[sims >= kth]
             sims = sims[sims >= kth]
         else:
             keep = shortlist
-        ranked = sorted(
-            ((pool[i], float(s)) for i, s in zip(keep, sims, strict=True)), key=lambda kv: (-kv[1], kv[0])
-        )
+        found = [(pool[i], float(s)) for i, s in zip(keep.tolist(), sims.tolist(), strict=True)]
+        ranked = sorted(((cid, s) for cid, s in found if cid is not None), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:k]
