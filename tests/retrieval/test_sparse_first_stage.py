@@ -143,3 +143,72 @@ def test_splade_rerank_with_another_model_or_mode_builds_its_own(tmp_path: Path)
     reranker_encoder = lexical.reranker.encoder  # type: ignore[union-attr]
     assert lexical.retriever.sparse_encoder is None
     assert reranker_encoder.provider == "CPUExecutionProvider" and reranker_encoder.cache_size > 0
+
+
+def _random_docs(rng: random.Random, vocab: list[str], n: int, prefix: str) -> dict[str, dict[str, float]]:
+    return {f"{prefix}{i}": {t: rng.random() for t in rng.sample(vocab, rng.randint(1, 8))} for i in range(n)}
+
+
+def _writes_then_search(index: ImpactIndex, seed: int) -> int:
+    """Writes of every kind, each followed by searches that must equal a fresh index over the live
+    documents exactly; returns the most segments seen."""
+    rng = random.Random(seed)
+    vocab = [f"t{i}" for i in range(60)]
+    live: dict[str, dict[str, float]] = {}
+    most = 0
+    for round_ in range(25):
+        batch = _random_docs(rng, vocab[: 20 + 2 * round_], rng.randint(1, 40), f"r{round_}-")
+        redone = rng.sample(sorted(live), min(5, len(live)))  # new weights for documents already in
+        again = {k: {t: rng.random() for t in rng.sample(vocab, 3)} for k in redone}
+        index.add_many([*batch.items(), *again.items()])
+        live.update(batch)
+        live.update(again)
+        gone = rng.sample(sorted(live), min(3, len(live)))
+        index.remove_many(gone)
+        for key in gone:
+            live.pop(key)
+        fresh = ImpactIndex()
+        fresh.add_many(live.items())
+        for _ in range(3):
+            query = {t: rng.random() for t in rng.sample(vocab, 4)}
+            assert index.search(query, None) == fresh.search(query, None)
+            assert index.search(query, 7) == fresh.search(query, 7)
+        most = max(most, index.n_segments)
+    return most
+
+
+def test_impact_index_segments_answer_like_one_matrix() -> None:
+    most = _writes_then_search(ImpactIndex(), 5)
+    assert 1 < most <= 12  # several segments, merged as they go (O(log n))
+
+
+class _LeavesReplacedLive(ImpactIndex):
+    """Broken: a replaced or removed document loses its key but its postings still score."""
+
+    def remove_many(self, keys):  # type: ignore[no-untyped-def]
+        return sum(self._slot_of.pop(key, None) is not None for key in keys)
+
+
+def test_reverse_proof_stale_postings_are_caught() -> None:
+    with pytest.raises(AssertionError):
+        _writes_then_search(_LeavesReplacedLive(), 5)
+
+
+def test_a_write_rebuilds_only_the_new_documents() -> None:
+    rng = random.Random(2)
+    vocab = [f"t{i}" for i in range(40)]
+    index = ImpactIndex()
+    index.add_many(_random_docs(rng, vocab, 1000, "a").items())
+    query = {"t1": 1.0, "t2": 0.5}
+    index.search(query, 5)
+    built: list[int] = []
+    build = index._build
+
+    def counting(lo: int, hi: int):  # type: ignore[no-untyped-def]
+        built.append(hi - lo)
+        return build(lo, hi)
+
+    index._build = counting  # type: ignore[method-assign]
+    index.add_many(_random_docs(rng, vocab, 10, "b").items())
+    index.search(query, 5)
+    assert built == [10]  # not the 1,010 documents a rebuild of everything reads

@@ -1,9 +1,13 @@
 """A learned-sparse (SPLADE-style) first-stage index: score(d) = Σ_t q(t) · w(t, d).
 
 Documents arrive as term → weight maps (from a ``SparseEncoder``). Postings accumulate in an append
-buffer; the term-major CSR matrix used for scoring is rebuilt from the live postings on the first search
-after a change (cost proportional to the postings, paid once per batch of writes), so a query costs only
-its terms' postings plus a top-k selection.
+buffer; scoring reads term-major CSR segments built from them. The first search after a write builds a
+segment of the documents written since the last one only (cost proportional to their postings), and a
+segment at least half the size of the one before it is merged into it (so there are O(log n) segments and
+each posting is rebuilt O(log n) times). A replaced or removed document stays in its segment, masked, until
+a compaction (when fewer than half the documents are live) renumbers the slots and drops every segment.
+A query costs its terms' postings in each segment plus a top-k selection. Each live document's postings
+sit in exactly one segment, so its score is the same sum, in the same order, as over one matrix of all.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ class ImpactIndex:
         self._terms: list[np.ndarray] = []  # per added document: term ids (int64)
         self._weights: list[np.ndarray] = []  # per added document: weights (float32)
         self._slots: list[int] = []
-        self._matrix: sp.csr_matrix | None = None  # (vocab, capacity)
+        # CSR segments over consecutive runs of the per-document lists: (first doc, end doc, matrix of
+        # shape (vocab then, capacity then)); the documents from the last end on have no segment yet.
+        self._segments: list[tuple[int, int, sp.csr_matrix]] = []
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -61,8 +67,6 @@ class ImpactIndex:
             self._terms.append(terms[keep])
             self._weights.append(values[keep])
             self._slots.append(slot)
-        if staged:
-            self._matrix = None
 
     def remove_many(self, keys: Iterable[str]) -> int:
         removed = 0
@@ -71,10 +75,8 @@ class ImpactIndex:
             if slot is not None:
                 self._alive[slot] = False
                 removed += 1
-        if removed:
-            self._matrix = None
-            if removed and len(self._slot_of) < len(self._keys) // 2:
-                self._compact()
+        if removed and len(self._slot_of) < len(self._keys) // 2:
+            self._compact()
         return removed
 
     def mask(self, keys: Iterable[str]) -> np.ndarray:
@@ -101,22 +103,36 @@ class ImpactIndex:
             self._terms.append(terms)
             self._weights.append(weights)
             self._slots.append(slot)
-        self._matrix = None
+        self._segments = []
 
-    def _csr(self) -> sp.csr_matrix:
-        if self._matrix is None:
-            import scipy.sparse as sp
+    @property
+    def n_segments(self) -> int:
+        return len(self._segments)
 
-            alive = np.asarray(self._alive, dtype=bool)
-            lengths = np.fromiter((t.size for t in self._terms), dtype=np.int64, count=len(self._terms))
-            slots = np.repeat(np.asarray(self._slots, dtype=np.int64), lengths)
-            terms = np.concatenate(self._terms) if self._terms else np.zeros(0, np.int64)
-            weights = np.concatenate(self._weights) if self._weights else np.zeros(0, np.float32)
-            live = alive[slots] if slots.size else np.zeros(0, dtype=bool)
-            self._matrix = sp.csr_matrix(
-                (weights[live], (terms[live], slots[live])), shape=(max(len(self._vocab), 1), self.capacity)
-            )
-        return self._matrix
+    def _build(self, lo: int, hi: int) -> sp.csr_matrix:
+        """One term-major CSR over the documents ``lo:hi`` of the per-document lists (every slot a
+        column; dead documents included: searches mask them)."""
+        import scipy.sparse as sp
+
+        terms_of, weights_of = self._terms[lo:hi], self._weights[lo:hi]
+        lengths = np.fromiter((t.size for t in terms_of), dtype=np.int64, count=len(terms_of))
+        slots = np.repeat(np.asarray(self._slots[lo:hi], dtype=np.int64), lengths)
+        terms = np.concatenate(terms_of) if terms_of else np.zeros(0, np.int64)
+        weights = np.concatenate(weights_of) if weights_of else np.zeros(0, np.float32)
+        return sp.csr_matrix((weights, (terms, slots)), shape=(max(len(self._vocab), 1), self.capacity))
+
+    def _current(self) -> list[tuple[int, int, sp.csr_matrix]]:
+        """The segments, with one for the documents written since the last (merged as it goes)."""
+        built = self._segments[-1][1] if self._segments else 0
+        if built < len(self._terms):
+            segments = list(self._segments)
+            segments.append((built, len(self._terms), self._build(built, len(self._terms))))
+            # Merge while the newest is at least half the size of the one before it.
+            while len(segments) > 1 and 2 * segments[-1][2].nnz >= segments[-2][2].nnz:
+                (lo, _, _), (_, hi, _) = segments[-2], segments[-1]
+                segments[-2:] = [(lo, hi, self._build(lo, hi))]
+            self._segments = segments
+        return self._segments
 
     def search(
         self, query: Mapping[str, float], k: int | None = None, *, allowed: np.ndarray | None = None
@@ -125,10 +141,20 @@ class ImpactIndex:
         ids = [(self._vocab[t], w) for t, w in query.items() if t in self._vocab and w > 0]
         if not ids or not self._slot_of:
             return []
-        matrix = self._csr()
-        rows = np.asarray([i for i, _ in ids], dtype=np.int64)
-        qw = np.asarray([w for _, w in ids], dtype=np.float64)
-        scores = np.asarray(matrix[rows].T @ qw).ravel()  # (capacity,)
+        capacity = self.capacity
+        scores = np.zeros(capacity, dtype=np.float64)
+        for _, _, matrix in self._current():
+            # The query terms this segment knows (a term first seen later has no postings in it).
+            known = [(i, w) for i, w in ids if i < matrix.shape[0]]
+            if not known:
+                continue
+            rows = np.asarray([i for i, _ in known], dtype=np.int64)
+            qw = np.asarray([w for _, w in known], dtype=np.float64)
+            part = np.asarray(matrix[rows].T @ qw).ravel()  # (capacity when built,)
+            scores[: part.shape[0]] += part
+        dead = ~np.asarray(self._alive, dtype=bool)
+        if dead.any():
+            scores[dead] = 0.0  # replaced and removed documents stay in their segment until a compaction
         if allowed is not None:
             if allowed.shape != (self.capacity,):
                 raise ValueError(f"allowed mask must have shape ({self.capacity},), got {allowed.shape}")
