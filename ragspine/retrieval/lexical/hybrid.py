@@ -643,17 +643,25 @@ class HybridRetriever:
             return self._candidates(keyword, metadata_filter)
 
     def _pending_in(self, candidates: list[str] | None, *, dense: bool, sparse: bool) -> int:
-        """Candidates (None = all chunks) missing a vector of a channel this search used."""
-        missing: set[str] = set()
-        if dense:
-            missing |= self._dense_pending
-        if sparse:
-            missing |= self._sparse_pending
-        if candidates is None or not missing:
-            return len(missing)
-        if len(missing) < len(candidates):
-            return len(missing.intersection(candidates))
-        return sum(1 for cid in candidates if cid in missing)
+        """Candidates (None = all chunks) missing a vector of a channel this search used. Runs on every
+        search under the lock, so the pending sets (a whole library after a model switch) are never
+        copied: one channel is a set size, two count the second set's ids the first lacks."""
+        sets = [
+            pending
+            for used, pending in ((dense, self._dense_pending), (sparse, self._sparse_pending))
+            if used and pending
+        ]
+        if not sets:
+            return 0
+        if candidates is None:
+            if len(sets) == 1:
+                return len(sets[0])
+            first, second = sets
+            return len(first) + sum(1 for cid in second if cid not in first)
+        if len(sets) == 1:
+            return sum(1 for cid in candidates if cid in sets[0])
+        first, second = sets
+        return sum(1 for cid in candidates if cid in first or cid in second)
 
     def _query_vector(self, query: str) -> np.ndarray:
         assert self.embedding_backend is not None
