@@ -725,8 +725,7 @@ class HybridRetriever:
 
     def _vector_ranking(self, q: np.ndarray, candidates: list[str] | None, k: int) -> list[tuple[str, float]]:
         """Cosine ranking of the candidates (None = all) that have a vector; the others wait."""
-        pool = list(self._chunks) if candidates is None else candidates
-        if not pool:
+        if not (self._chunks if candidates is None else candidates):
             return []
         if self.vector_store is not None:
             return self._merge_external(self._store_ranking(q, candidates, k), candidates, self._generation)
