@@ -202,8 +202,10 @@ class HybridRetriever:
         batch = self._indexable(chunks)
         if not batch:
             return 0
+        # Tokenised before the lock: searches wait only for the index to take the tokens.
+        tokens = [(c.chunk_id, tokenize(self.index_text(c))) for c in batch]
         with self._lock:
-            dropped = self._add_locked(batch)
+            dropped = self._add_locked(batch, tokens)
         self._store_delete(dropped)
         return len(batch)
 
@@ -218,10 +220,11 @@ class HybridRetriever:
                 batch.append(chunk)
         return batch
 
-    def _add_locked(self, batch: list[Chunk]) -> list[str]:
-        """Index ``batch`` (lock held); returns the ids whose stored vectors must go (replaced chunks)."""
+    def _add_locked(self, batch: list[Chunk], tokens: list[tuple[str, list[str]]]) -> list[str]:
+        """Index ``batch`` with its ``tokens`` (lock held); returns the ids whose stored vectors must go
+        (replaced chunks)."""
         dropped = self._drop_ids([c.chunk_id for c in batch if c.chunk_id in self._chunks])
-        self._lex.add_many((c.chunk_id, tokenize(self.index_text(c))) for c in batch)
+        self._lex.add_many(tokens)
         self._generation += 1
         for c in batch:
             self._chunks[c.chunk_id] = c
