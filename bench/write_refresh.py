@@ -52,9 +52,10 @@ def _ranking(retriever: HybridRetriever, q: np.ndarray, k: int) -> list[str]:
     return [cid for cid, _ in retriever._vector_ranking(q, None, k)]
 
 
-def _from_scratch(retriever: HybridRetriever, q: np.ndarray, k: int) -> list[str]:
-    ids = [cid for cid in retriever._chunks if cid in retriever._vectors]
-    matrix = unit_rows(np.stack([np.asarray(retriever._vectors[c], dtype=np.float64) for c in ids]))
+def _from_scratch(given: dict[str, np.ndarray], q: np.ndarray, k: int) -> list[str]:
+    """The ranking of a matrix built from every vector given so far (the earlier per-write rebuild)."""
+    ids = list(given)
+    matrix = unit_rows(np.stack([given[c] for c in ids]).astype(np.float64))
     sims = matrix @ (q / np.linalg.norm(q))
     order = sorted(range(len(ids)), key=lambda i: (-sims[i], ids[i]))[:k]
     return [ids[i] for i in order]
@@ -66,14 +67,17 @@ def run_dense(n_chunks: int, dim: int, batch: int, rounds: int, k: int) -> dict[
     mismatches = 0
     retrievers = {name: HybridRetriever([_chunk(i) for i in range(n_chunks)]) for name in timings}
     vectors = rng.standard_normal((n_chunks, dim))
+    # The vectors the retrievers hold now, one array each (as the earlier code kept them per chunk).
+    given = {f"c{i}": vectors[i].copy() for i in range(n_chunks)}
     for retriever in retrievers.values():
-        retriever.set_vectors((f"c{i}", None, vectors[i]) for i in range(n_chunks))  # a library's load
+        retriever.set_vectors((cid, None, vec) for cid, vec in given.items())  # a library's load
     next_id = n_chunks
     for r in range(rounds):
         fresh = [_chunk(next_id + j) for j in range(batch // 2)]
         next_id += len(fresh)
         again = [f"c{int(i)}" for i in rng.choice(n_chunks, batch - len(fresh), replace=False)]
         arriving = [(cid, rng.standard_normal(dim)) for cid in [*again, *(c.chunk_id for c in fresh)]]
+        given.update(arriving)
         q = rng.standard_normal(dim)
         order = list(timings.items()) if r % 2 == 0 else list(timings.items())[::-1]
         for name, times in order:
@@ -82,12 +86,11 @@ def run_dense(n_chunks: int, dim: int, batch: int, rounds: int, k: int) -> dict[
             retriever.set_vectors((cid, None, vec) for cid, vec in arriving)
             t0 = time.perf_counter()
             if name == "rebuilt":
-                everything = [(cid, retriever._vectors[cid]) for cid in retriever._chunks]
                 retriever._dense.clear()
-                retriever._dense.put(everything)
+                retriever._dense.put(list(given.items()))
             ranking = _ranking(retriever, q, k)
             times.append(time.perf_counter() - t0)
-            mismatches += ranking != _from_scratch(retriever, q, k)
+            mismatches += ranking != _from_scratch(given, q, k)
     kept = retrievers["kept"]._dense
     return {
         "chunks": n_chunks + (next_id - n_chunks),

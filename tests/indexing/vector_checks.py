@@ -10,9 +10,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
+from ragspine.retrieval.vector.dense_rows import unit_rows
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
 from tests.conformance.corpus import QUERIES, make_documents
 
@@ -103,11 +106,13 @@ def check_model_switch_reembeds(store: Any, open_index: Callable[[CountingBacken
     n = indexable_chunks(store)
     for cid in switched.retriever.pending_ids():
         raise AssertionError(f"{cid} has no vector after the switch")
-    mixed = [
-        cid
-        for cid, vec in switched.retriever._vectors.items()
-        if list(vec) != b.vector(switched.retriever.index_text(switched.retriever._chunks[cid]))
-    ]
+    retriever = switched.retriever
+
+    def b_row(cid: str) -> np.ndarray:  # model-b's vector for the chunk, as the search holds it
+        vector = b.vector(retriever.index_text(retriever._chunks[cid]))
+        return unit_rows(np.array([vector], dtype=np.float64))[0]
+
+    mixed = [cid for cid in retriever._vectors if not np.array_equal(retriever.unit_vector(cid), b_row(cid))]
     assert not mixed, f"{len(mixed)} chunks kept model-a vectors under model-b"
     assert b.passages == n, f"model-b embedded {b.passages} passages, expected all {n}"
     space = store.vector_space("dense")

@@ -23,13 +23,22 @@ def _chunk(i: int, version: int = 0) -> Chunk:
     return Chunk(f"{doc}#c{i}", doc, i % 3, f"text {i} v{version}", f"{doc}#para{i % 3 + 1}", 1, 1)
 
 
+# Every vector a test gave a retriever, by (retriever, chunk id): the retriever keeps only unit rows.
+GIVEN: dict[tuple[int, str], np.ndarray] = {}
+
+
+def _given(retriever: HybridRetriever, cid: str) -> np.ndarray | None:
+    """The last vector given for ``cid`` if the retriever still has one for it."""
+    return GIVEN.get((id(retriever), cid)) if cid in retriever._vectors else None
+
+
 def _reference(retriever: HybridRetriever, q: np.ndarray, k: int, candidates: list[str] | None) -> Ranking:
     """A matrix built from scratch (the earlier per-write rebuild) over the vectors indexed now."""
     pool = [cid for cid in (candidates if candidates is not None else retriever._chunks)]
-    ids = [cid for cid in pool if cid in retriever._vectors]
+    ids = [cid for cid in pool if _given(retriever, cid) is not None]
     if not ids:
         return []
-    matrix = unit_rows(np.stack([np.asarray(retriever._vectors[c], dtype=np.float64) for c in ids]))
+    matrix = unit_rows(np.stack([np.array(_given(retriever, c), dtype=np.float64) for c in ids]))
     sims = matrix @ (q / np.linalg.norm(q))
     scored = [(cid, float(s)) for cid, s in zip(ids, sims, strict=True)]
     return sorted(scored, key=lambda kv: (-kv[1], kv[0]))[:k]
@@ -51,12 +60,25 @@ def _check(retriever: HybridRetriever, rng: np.random.Generator) -> int:
     # Every live row holds exactly what a fresh build puts there for that vector.
     dense = retriever._dense
     for cid in chunk_ids:
-        if cid in retriever._vectors:
+        vector = _given(retriever, cid)
+        if vector is not None:
             row = dense.rows_of([cid])
-            fresh = unit_rows(np.array(retriever._vectors[cid], dtype=np.float64).reshape(1, -1))
+            fresh = unit_rows(np.array(vector, dtype=np.float64).reshape(1, -1))
+            assert np.array_equal(retriever.unit_vector(cid), fresh[0])
             assert np.array_equal(dense.gather(row), fresh)
             assert np.array_equal(dense.gather32(row), fresh.astype(np.float32))
     return dense.n_segments
+
+
+class _Recording(HybridRetriever):
+    """A retriever that remembers (in ``GIVEN``) every vector it is given, for the reference."""
+
+    def set_vectors(self, items):  # type: ignore[no-untyped-def]
+        items = list(items)
+        for cid, _, vec in items:
+            if cid in self._chunks:
+                GIVEN[(id(self), cid)] = np.asarray(vec)
+        return super().set_vectors(items)
 
 
 def _vectors(rng: np.random.Generator, ids: Iterable[str]) -> list[tuple[str, None, np.ndarray]]:
@@ -95,7 +117,7 @@ def _writes_and_checks(retriever: HybridRetriever, seed: int) -> int:
 @pytest.mark.parametrize("segment_rows", [48, 16_384])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kept_matrix_ranks_like_one_built_from_scratch(seed: int, segment_rows: int) -> None:
-    retriever = HybridRetriever([])
+    retriever = _Recording([])
     retriever._dense = DenseRows(segment_rows=segment_rows)
     segments = _writes_and_checks(retriever, seed)
     if segment_rows == 48:
@@ -123,7 +145,7 @@ class _ForgetsRemovals(DenseRows):
 
 @pytest.mark.parametrize("broken", [_KeepsReplacedRows, _ForgetsRemovals])
 def test_reverse_proof_stale_rows_are_caught(broken: type[DenseRows]) -> None:
-    retriever = HybridRetriever([])
+    retriever = _Recording([])
     retriever._dense = broken()
     with pytest.raises(AssertionError):
         _writes_and_checks(retriever, 0)
@@ -132,7 +154,7 @@ def test_reverse_proof_stale_rows_are_caught(broken: type[DenseRows]) -> None:
 def test_the_screened_full_scan_never_ranks_a_dead_row() -> None:
     # Large enough for the float32 screen; the best rows are retired, so only the alive mask keeps them out.
     rng = np.random.default_rng(5)
-    retriever = HybridRetriever([])
+    retriever = _Recording([])
     retriever.add_chunks(_chunk(i) for i in range(3000))
     retriever.set_vectors(_vectors(rng, list(retriever._chunks)))
     q = rng.standard_normal(DIM)
@@ -145,7 +167,7 @@ def test_the_screened_full_scan_never_ranks_a_dead_row() -> None:
 
 def test_a_write_copies_no_held_row() -> None:
     rng = np.random.default_rng(9)
-    retriever = HybridRetriever([])
+    retriever = _Recording([])
     dense = retriever._dense = DenseRows(segment_rows=256)
     retriever.add_chunks(_chunk(i) for i in range(1000))
     retriever.set_vectors(_vectors(rng, [_chunk(i).chunk_id for i in range(900)]))  # a load: 900 rows exactly
@@ -170,7 +192,7 @@ class _CopyingRows(DenseRows):
 
 
 def test_reverse_proof_a_copying_write_is_caught() -> None:
-    retriever = HybridRetriever([])
+    retriever = _Recording([])
     retriever._dense = _CopyingRows(segment_rows=256)
     with pytest.raises(AssertionError):
         rng = np.random.default_rng(9)
@@ -192,7 +214,7 @@ def test_a_small_matrix_grows_in_one_segment() -> None:
 
 def test_dead_rows_are_compacted_away() -> None:
     rng = np.random.default_rng(3)
-    retriever = HybridRetriever([])
+    retriever = _Recording([])
     retriever._dense = DenseRows(segment_rows=100)
     retriever.add_chunks(_chunk(i) for i in range(400))
     retriever.set_vectors(_vectors(rng, list(retriever._chunks)[:200]))
@@ -206,7 +228,7 @@ def test_dead_rows_are_compacted_away() -> None:
 
 def test_a_vector_of_another_dimension_degrades_the_dense_channel_until_it_goes() -> None:
     rng = np.random.default_rng(4)
-    retriever = HybridRetriever([])
+    retriever = _Recording([])
     retriever.add_chunks(_chunk(i) for i in range(10))
     retriever.set_vectors(_vectors(rng, list(retriever._chunks)[:9]))
     odd = _chunk(9).chunk_id
@@ -237,3 +259,30 @@ def test_dense_rows_alone() -> None:
     assert rows.dim == 3
     with pytest.raises(ValueError, match="segment_rows"):
         DenseRows(segment_rows=0)
+
+
+def test_a_callers_embedding_cache_gets_the_vectors_and_serves_a_new_retriever() -> None:
+    rng = np.random.default_rng(12)
+    chunks = [_chunk(i) for i in range(30)]
+    cache: dict[str, object] = {}
+    first = HybridRetriever(chunks, embedding_cache=cache)
+    given = _vectors(rng, [c.chunk_id for c in chunks[:20]])
+    first.set_vectors(given)
+    assert set(cache) == {cid for cid, _, _ in given}
+    assert all(cache[cid] == list(vec) for cid, _, vec in given)  # the cache holds the vectors as lists
+    # A retriever built over the same cache ranks with those vectors at once, with no set_vectors.
+    second = HybridRetriever(chunks, embedding_cache=cache)
+    q = rng.standard_normal(DIM)
+    assert second._vector_ranking(q, None, 5) == first._vector_ranking(q, None, 5)
+    assert np.array_equal(second.unit_vector(chunks[0].chunk_id), first.unit_vector(chunks[0].chunk_id))
+    assert second.unit_vector(chunks[25].chunk_id) is None
+
+
+def test_without_a_cache_no_second_copy_of_a_vector_is_kept() -> None:
+    rng = np.random.default_rng(13)
+    retriever = HybridRetriever([_chunk(i) for i in range(10)])
+    retriever.set_vectors(_vectors(rng, [_chunk(i).chunk_id for i in range(10)]))
+    # The search matrix holds the vectors (one unit float64 row and its float32 copy each) ...
+    assert retriever._dense.n_rows == 10 and retriever._dense.nbytes == 10 * DIM * 12 + 10
+    # ... and the chunk -> vector map only says which chunks have one.
+    assert not any(isinstance(v, np.ndarray | list) for v in retriever._vectors.values())

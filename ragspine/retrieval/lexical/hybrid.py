@@ -69,9 +69,8 @@ VectorSink = Callable[[str, list[tuple[Chunk, object]]], None]
 _SCREEN_MIN_ROWS = 2048
 
 
-def _as_row(vector: Sequence[float] | np.ndarray) -> np.ndarray:
-    """One stored dense vector as a 1-D float64 array (no copy when it already is one)."""
-    return np.asarray(vector, dtype=np.float64).reshape(-1)
+# What ``HybridRetriever._vectors`` holds for a chunk whose vector lives only in the search matrix.
+_IN_MATRIX = True
 
 
 def validate_query(query: object) -> str:
@@ -160,10 +159,11 @@ class HybridRetriever:
         self._written_at: dict[str, int] = {}
         # field -> value -> chunk ids; makes the keyword pre-filter (topic=..., entity=...) a set lookup.
         self._by_field: dict[str, dict[str, set[str]]] = {f: {} for f in METADATA_FIELDS}
+        # Which chunks have a vector. A caller's embedding cache gets each vector (as a list, as always);
+        # without one the vector itself lives only in the search matrix (``_dense``, one unit float64 row
+        # and its float32 copy), and this map holds ``_IN_MATRIX``: no second float64 copy per chunk.
         self._vectors: MutableMapping[str, Any] = {} if embedding_cache is None else embedding_cache
-        # Without a caller's cache, vectors are kept as float64 arrays: the search matrix is then stacked
-        # from them (a copy) instead of converted from Python floats each time the vectors changed.
-        self._array_vectors = embedding_cache is None
+        self._own_vectors = embedding_cache is None
         # Indexed chunks still without a dense vector / a sparse encoding.
         self._dense_pending: set[str] = set()
         self._sparse_pending: set[str] = set()
@@ -233,8 +233,8 @@ class HybridRetriever:
                 self._by_field[f].setdefault(getattr(c, f), set()).add(c.chunk_id)
         if self._docs is not None:
             self._docs.refresh(self._chunks, batch, self.index_text)
-        cached = [(c.chunk_id, self._vectors[c.chunk_id]) for c in batch if c.chunk_id in self._vectors]
-        if cached:  # vectors a caller's embedding cache already holds
+        if not self._own_vectors:  # vectors a caller's embedding cache already holds
+            cached = [(c.chunk_id, self._vectors[c.chunk_id]) for c in batch if c.chunk_id in self._vectors]
             self._dense.put(cached)
         if self.embedding_backend is not None:
             self._dense_pending.update(c.chunk_id for c in batch if c.chunk_id not in self._vectors)
@@ -306,6 +306,14 @@ class HybridRetriever:
         with self._lock:
             return self._chunks.get(chunk_id)
 
+    def unit_vector(self, chunk_id: str) -> np.ndarray | None:
+        """The chunk's dense vector as the search uses it (scaled to unit length, float64), or None while
+        it has none."""
+        with self._lock:
+            if chunk_id not in self._dense:
+                return None
+            return self._dense.gather(self._dense.rows_of([chunk_id]))[0]
+
     def pending_ids(self, kind: str = "dense") -> list[str]:
         """Indexed chunks still without a ``"dense"`` vector or ``"sparse"`` encoding, sorted."""
         with self._lock:
@@ -351,14 +359,13 @@ class HybridRetriever:
         ``vector_store`` is written after the lock is released.
         """
         with self._lock:
-            keep: Callable[[Sequence[float] | np.ndarray], Any] = _as_row if self._array_vectors else list
             fresh = [
-                (cid, keep(vec), self._chunks[cid])
+                (cid, vec, self._chunks[cid])
                 for cid, version, vec in items
                 if cid in self._chunks and self._same_version(self._chunks[cid], version)
             ]
             for cid, vec, _ in fresh:
-                self._vectors[cid] = vec
+                self._vectors[cid] = _IN_MATRIX if self._own_vectors else list(vec)
                 self._dense_pending.discard(cid)
             self._dense.put([(cid, vec) for cid, vec, _ in fresh])
         if fresh and self.vector_store is not None and self.manage_vectors:
