@@ -48,6 +48,16 @@ def _chunk(i: int) -> Chunk:
     return Chunk(f"c{i}", f"d{i}", 0, f"chunk {i}", f"d{i}#para1", 1, 1)
 
 
+def _medians(timings: dict[str, list[float]], ours: str) -> dict[str, float]:
+    """Median first-search ms of ``ours`` and of "rebuilt", and the median per-round speed-up."""
+    pairs = zip(timings[ours], timings["rebuilt"], strict=True)
+    return {
+        f"{ours}_first_search_ms": 1000 * statistics.median(timings[ours]),
+        "rebuilt_first_search_ms": 1000 * statistics.median(timings["rebuilt"]),
+        "median_speedup": statistics.median(b / a for a, b in pairs),
+    }
+
+
 def _ranking(retriever: HybridRetriever, q: np.ndarray, k: int) -> list[str]:
     return [cid for cid, _ in retriever._vector_ranking(q, None, k)]
 
@@ -97,11 +107,7 @@ def run_dense(n_chunks: int, dim: int, batch: int, rounds: int, k: int) -> dict[
         "dim": dim,
         "batch": batch,
         "rounds": rounds,
-        "kept_first_search_ms": 1000 * statistics.median(timings["kept"]),
-        "rebuilt_first_search_ms": 1000 * statistics.median(timings["rebuilt"]),
-        "median_speedup": statistics.median(
-            b / a for a, b in zip(timings["kept"], timings["rebuilt"], strict=True)
-        ),
+        **_medians(timings, "kept"),
         "matrix_mb": kept.nbytes / 1e6,
         "rows_mb": kept.n_rows * dim * 12 / 1e6,
         "segments": kept.n_segments,
@@ -151,11 +157,7 @@ def run_sparse(n_docs: int, terms: int, vocab: int, batch: int, rounds: int) -> 
         "terms_per_doc": terms,
         "batch": batch,
         "rounds": rounds,
-        "segments_first_search_ms": 1000 * statistics.median(timings["segments"]),
-        "rebuilt_first_search_ms": 1000 * statistics.median(timings["rebuilt"]),
-        "median_speedup": statistics.median(
-            b / a for a, b in zip(timings["segments"], timings["rebuilt"], strict=True)
-        ),
+        **_medians(timings, "segments"),
         "segments": indexes["segments"].n_segments,
         "answers_different": different,
         "load": os.getloadavg()[0],
