@@ -5,7 +5,8 @@ implementation it must catch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -64,7 +65,8 @@ def _check(retriever: HybridRetriever, rng: np.random.Generator) -> int:
         if vector is not None:
             row = dense.rows_of([cid])
             fresh = unit_rows(np.array(vector, dtype=np.float64).reshape(1, -1))
-            assert np.array_equal(retriever.unit_vector(cid), fresh[0])
+            held = retriever.unit_vector(cid)
+            assert held is not None and np.array_equal(held, fresh[0])
             assert np.array_equal(dense.gather(row), fresh)
             assert np.array_equal(dense.gather32(row), fresh.astype(np.float32))
     return dense.n_segments
@@ -73,7 +75,7 @@ def _check(retriever: HybridRetriever, rng: np.random.Generator) -> int:
 class _Recording(HybridRetriever):
     """A retriever that remembers (in ``GIVEN``) every vector it is given, for the reference."""
 
-    def set_vectors(self, items):  # type: ignore[no-untyped-def]
+    def set_vectors(self, items: Iterable[tuple[str, int | None, Any]]) -> int:
         items = list(items)
         for cid, _, vec in items:
             if cid in self._chunks:
@@ -127,7 +129,7 @@ def test_kept_matrix_ranks_like_one_built_from_scratch(seed: int, segment_rows: 
 class _KeepsReplacedRows(DenseRows):
     """Broken: a new vector for a chunk that had one adds a row but leaves the old row live."""
 
-    def put(self, items):  # type: ignore[no-untyped-def]
+    def put(self, items: Sequence[tuple[str, Any]]) -> None:
         for cid, _ in items:
             self._row_of.pop(cid, None)
         super().put(items)
@@ -136,7 +138,7 @@ class _KeepsReplacedRows(DenseRows):
 class _ForgetsRemovals(DenseRows):
     """Broken: removing a chunk forgets its id but leaves its row live (it still ranks, nameless)."""
 
-    def remove(self, chunk_ids, *, compact=True):  # type: ignore[no-untyped-def]
+    def remove(self, chunk_ids: Iterable[str], *, compact: bool = True) -> None:
         for cid in chunk_ids:
             row = self._row_of.pop(cid, None)
             if row is not None:
@@ -264,7 +266,7 @@ def test_dense_rows_alone() -> None:
 def test_a_callers_embedding_cache_gets_the_vectors_and_serves_a_new_retriever() -> None:
     rng = np.random.default_rng(12)
     chunks = [_chunk(i) for i in range(30)]
-    cache: dict[str, object] = {}
+    cache: dict[str, list[float]] = {}
     first = HybridRetriever(chunks, embedding_cache=cache)
     given = _vectors(rng, [c.chunk_id for c in chunks[:20]])
     first.set_vectors(given)
@@ -274,7 +276,8 @@ def test_a_callers_embedding_cache_gets_the_vectors_and_serves_a_new_retriever()
     second = HybridRetriever(chunks, embedding_cache=cache)
     q = rng.standard_normal(DIM)
     assert second._vector_ranking(q, None, 5) == first._vector_ranking(q, None, 5)
-    assert np.array_equal(second.unit_vector(chunks[0].chunk_id), first.unit_vector(chunks[0].chunk_id))
+    ours, theirs = second.unit_vector(chunks[0].chunk_id), first.unit_vector(chunks[0].chunk_id)
+    assert ours is not None and theirs is not None and np.array_equal(ours, theirs)
     assert second.unit_vector(chunks[25].chunk_id) is None
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,7 +187,7 @@ def test_impact_index_segments_answer_like_one_matrix() -> None:
 class _LeavesReplacedLive(ImpactIndex):
     """Broken: a replaced or removed document loses its key but its postings still score."""
 
-    def remove_many(self, keys):  # type: ignore[no-untyped-def]
+    def remove_many(self, keys: Iterable[str]) -> int:
         return sum(self._slot_of.pop(key, None) is not None for key in keys)
 
 
@@ -194,7 +196,7 @@ def test_reverse_proof_stale_postings_are_caught() -> None:
         _writes_then_search(_LeavesReplacedLive(), 5)
 
 
-def test_a_write_rebuilds_only_the_new_documents() -> None:
+def test_a_write_rebuilds_only_the_new_documents(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(2)
     vocab = [f"t{i}" for i in range(40)]
     index = ImpactIndex()
@@ -204,11 +206,11 @@ def test_a_write_rebuilds_only_the_new_documents() -> None:
     built: list[int] = []
     build = index._build
 
-    def counting(lo: int, hi: int):  # type: ignore[no-untyped-def]
+    def counting(lo: int, hi: int) -> Any:
         built.append(hi - lo)
         return build(lo, hi)
 
-    index._build = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(index, "_build", counting)
     index.add_many(_random_docs(rng, vocab, 10, "b").items())
     index.search(query, 5)
     assert built == [10]  # not the 1,010 documents a rebuild of everything reads
