@@ -28,12 +28,14 @@ class ImpactIndex:
         self._vocab: dict[str, int] = {}
         self._slot_of: dict[str, int] = {}
         self._keys: list[str] = []
-        self._alive: list[bool] = []
+        # Slots whose document was replaced or removed (grown with the slots; only [:capacity] is used).
+        self._dead = np.zeros(0, dtype=bool)
+        self._n_dead = 0
         self._terms: list[np.ndarray] = []  # per added document: term ids (int64)
         self._weights: list[np.ndarray] = []  # per added document: weights (float32)
-        self._slots: list[int] = []
-        # CSR segments over consecutive runs of the per-document lists: (first doc, end doc, matrix of
-        # shape (vocab then, capacity then)); the documents from the last end on have no segment yet.
+        self._slots: list[int] = []  # document i holds slot i
+        # CSR segments over consecutive runs of documents: (first slot, end slot, matrix of shape (vocab
+        # then, end - first)); the documents from the last end on have no segment yet.
         self._segments: list[tuple[int, int, sp.csr_matrix]] = []
 
     def __len__(self) -> int:
@@ -61,7 +63,6 @@ class ImpactIndex:
             self.remove_many([key])
             slot = len(self._keys)
             self._keys.append(key)
-            self._alive.append(True)
             self._slot_of[key] = slot
             keep = values > 0
             self._terms.append(terms[keep])
@@ -73,7 +74,7 @@ class ImpactIndex:
         for key in keys:
             slot = self._slot_of.pop(key, None)
             if slot is not None:
-                self._alive[slot] = False
+                self._mark_dead(slot)
                 removed += 1
         if removed and len(self._slot_of) < len(self._keys) // 2:
             self._compact()
@@ -87,18 +88,28 @@ class ImpactIndex:
                 out[slot] = True
         return out
 
+    def _mark_dead(self, slot: int) -> None:
+        if slot >= self._dead.shape[0]:
+            grown = np.zeros(max(slot + 1, 2 * self._dead.shape[0], 1024), dtype=bool)
+            grown[: self._dead.shape[0]] = self._dead
+            self._dead = grown
+        if not self._dead[slot]:
+            self._dead[slot] = True
+            self._n_dead += 1
+
     def _compact(self) -> None:
+        dead = self._dead
         live = [
-            (self._keys[s], t, w)
-            for s, t, w in zip(self._slots, self._terms, self._weights, strict=True)
-            if self._alive[s] and self._slot_of.get(self._keys[s]) == s
+            (key, t, w)
+            for s, (key, t, w) in enumerate(zip(self._keys, self._terms, self._weights, strict=True))
+            if not (s < dead.shape[0] and dead[s]) and self._slot_of.get(key) == s
         ]
-        self._slot_of, self._keys, self._alive = {}, [], []
+        self._slot_of, self._keys = {}, []
         self._terms, self._weights, self._slots = [], [], []
+        self._dead, self._n_dead = np.zeros(0, dtype=bool), 0
         for key, terms, weights in live:
             slot = len(self._keys)
             self._keys.append(key)
-            self._alive.append(True)
             self._slot_of[key] = slot
             self._terms.append(terms)
             self._weights.append(weights)
@@ -110,16 +121,16 @@ class ImpactIndex:
         return len(self._segments)
 
     def _build(self, lo: int, hi: int) -> sp.csr_matrix:
-        """One term-major CSR over the documents ``lo:hi`` of the per-document lists (every slot a
-        column; dead documents included: searches mask them)."""
+        """One term-major CSR over the documents (and slots) ``lo:hi``, column ``j`` for slot ``lo + j``;
+        dead documents included: searches mask them."""
         import scipy.sparse as sp
 
         terms_of, weights_of = self._terms[lo:hi], self._weights[lo:hi]
         lengths = np.fromiter((t.size for t in terms_of), dtype=np.int64, count=len(terms_of))
-        slots = np.repeat(np.asarray(self._slots[lo:hi], dtype=np.int64), lengths)
+        columns = np.repeat(np.arange(hi - lo, dtype=np.int64), lengths)
         terms = np.concatenate(terms_of) if terms_of else np.zeros(0, np.int64)
         weights = np.concatenate(weights_of) if weights_of else np.zeros(0, np.float32)
-        return sp.csr_matrix((weights, (terms, slots)), shape=(max(len(self._vocab), 1), self.capacity))
+        return sp.csr_matrix((weights, (terms, columns)), shape=(max(len(self._vocab), 1), hi - lo))
 
     def _current(self) -> list[tuple[int, int, sp.csr_matrix]]:
         """The segments, with one for the documents written since the last (merged as it goes)."""
@@ -143,18 +154,18 @@ class ImpactIndex:
             return []
         capacity = self.capacity
         scores = np.zeros(capacity, dtype=np.float64)
-        for _, _, matrix in self._current():
+        for lo, hi, matrix in self._current():
             # The query terms this segment knows (a term first seen later has no postings in it).
             known = [(i, w) for i, w in ids if i < matrix.shape[0]]
             if not known:
                 continue
             rows = np.asarray([i for i, _ in known], dtype=np.int64)
             qw = np.asarray([w for _, w in known], dtype=np.float64)
-            part = np.asarray(matrix[rows].T @ qw).ravel()  # (capacity when built,)
-            scores[: part.shape[0]] += part
-        dead = ~np.asarray(self._alive, dtype=bool)
-        if dead.any():
-            scores[dead] = 0.0  # replaced and removed documents stay in their segment until a compaction
+            scores[lo:hi] = np.asarray(matrix[rows].T @ qw).ravel()  # this segment's slots, (hi - lo,)
+        if self._n_dead:
+            # Replaced and removed documents stay in their segment until a compaction.
+            dead = self._dead[:capacity]
+            scores[: dead.shape[0]][dead] = 0.0
         if allowed is not None:
             if allowed.shape != (self.capacity,):
                 raise ValueError(f"allowed mask must have shape ({self.capacity},), got {allowed.shape}")
