@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from ragspine.retrieval.segmented_rows import SegmentedRows
+
 # Dead rows are compacted away once they make up this share of the rows held (and at least this many).
 COMPACT_SHARE = 0.25
 _COMPACT_MIN_DEAD = 64
@@ -63,7 +65,6 @@ class DenseRows:
         self._f64: list[np.ndarray] = []  # segments, (capacity, dim) each
         self._f32: list[np.ndarray] = []
         self._seg_used: list[int] = []
-        self._seg_first: list[int] = []  # the number of each segment's first row
         self._alive = np.zeros(0, dtype=bool)
         self._ids: list[str | None] = []  # row -> chunk id (None once dead)
         self._row_of: dict[str, int] = {}
@@ -135,17 +136,12 @@ class DenseRows:
         return self._gather(self._f32, rows)
 
     def _gather(self, segments: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
-        rows = np.asarray(rows, dtype=np.int64)
-        if len(segments) == 1:
-            picked: np.ndarray = segments[0][rows]
-            return picked
-        dtype = segments[0].dtype if segments else np.float64
-        out = np.empty((rows.shape[0], self.dim or 0), dtype=dtype)
-        owner = np.searchsorted(np.asarray(self._seg_first, dtype=np.int64), rows, side="right") - 1
-        for s in np.unique(owner).tolist():
-            mask = owner == s
-            out[mask] = segments[s][rows[mask] - self._seg_first[s]]
-        return out
+        views = [seg[:used] for seg, used in zip(segments, self._seg_used, strict=True) if used]
+        if not views:
+            return np.zeros((0, self.dim or 0), dtype=np.float64)
+        held = views[0] if len(views) == 1 else SegmentedRows(views)
+        picked: np.ndarray = held[np.asarray(rows, dtype=np.int64)]
+        return picked
 
     # ------------------------------------------------------------------ writes
     def put(self, items: Sequence[tuple[str, Any]]) -> None:
@@ -232,13 +228,9 @@ class DenseRows:
 
     def _open(self, capacity: int) -> None:
         assert self.dim is not None
-        self._seg_first.append(self._used_rows_in_segments())
         self._f64.append(np.empty((capacity, self.dim), dtype=np.float64))
         self._f32.append(np.empty((capacity, self.dim), dtype=np.float32))
         self._seg_used.append(0)
-
-    def _used_rows_in_segments(self) -> int:
-        return sum(self._seg_used)
 
     def _maybe_compact(self) -> None:
         if self._dead >= _COMPACT_MIN_DEAD and self._dead >= COMPACT_SHARE * self._used:
@@ -252,7 +244,7 @@ class DenseRows:
         ids = [self._ids[i] for i in keep.tolist()]
         f64, f32 = self.gather(keep), self.gather32(keep)
         self._f64, self._f32 = [np.ascontiguousarray(f64)], [np.ascontiguousarray(f32)]
-        self._seg_used, self._seg_first = [int(keep.shape[0])], [0]
+        self._seg_used = [int(keep.shape[0])]
         self._alive = np.ones(keep.shape[0], dtype=bool)
         self._ids = ids
         self._row_of = {cid: i for i, cid in enumerate(ids) if cid is not None}
