@@ -7,12 +7,18 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# A C compiler for the package's compiled BM25 kernel (this stage only; the runtime image has none).
+# Distribution package versions follow the base image's security updates; pinning them breaks rebuilds.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 # The CPU torch wheel first: the default Linux wheel on PyPI is the multi-GB CUDA build.
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY proto/ proto/
 COPY ragspine/ ragspine/
 COPY services/ services/
@@ -22,6 +28,7 @@ COPY clients/ clients/
 RUN pip install grpcio-tools==1.85.1 mypy-protobuf==5.1.0 \
     && python services/ragspine_services/gen_protos.py && python clients/python/sync_stubs.py \
     && pip install "/src[service,http,models,tracing,facts,qdrant]" "psycopg[binary]==3.3.9" \
+    && python -c "from ragspine.retrieval.lexical.inverted_index import compiled_kernel_available as built; assert built(), 'the compiled BM25 kernel was not built'" \
     && pip uninstall -y grpcio-tools mypy-protobuf
 
 FROM ${PYTHON_IMAGE}

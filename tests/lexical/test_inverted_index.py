@@ -62,11 +62,12 @@ def apply(ops: list[tuple], index: InvertedIndex) -> dict[str, list[str]]:
     allowed_keys=st.sets(keys),
     k=st.one_of(st.none(), st.integers(0, 6)),
     cache_bytes=st.sampled_from([0, 64, 1 << 20]),
+    kernel=st.sampled_from(["auto", "numpy"]),
 )
 def test_search_equals_reference_bm25_after_any_history(
-    ops: list[tuple], query: str, allowed_keys: set[str], k: int | None, cache_bytes: int
+    ops: list[tuple], query: str, allowed_keys: set[str], k: int | None, cache_bytes: int, kernel: str
 ) -> None:
-    index = InvertedIndex(cache_bytes=cache_bytes)
+    index = InvertedIndex(cache_bytes=cache_bytes, kernel=kernel)
     model = apply(ops, index)
     assert len(index) == len(model)
     assert all(key in index for key in model)
@@ -303,3 +304,21 @@ def test_a_single_key_string_is_not_taken_for_many_keys() -> None:
     with pytest.raises(ValueError, match="not a single key string"):
         index.mask("ab")
     assert len(index) == 3
+
+
+def test_under_cache_pressure_recently_used_terms_outlive_unused_ones() -> None:
+    docs = {f"d{i}": [f"t{i}", f"t{i + 1}", "shared"] for i in range(40)}
+    probe = InvertedIndex()
+    probe.add_many(docs.items())
+    probe.search(["t1"], 5)
+    entry_bytes = probe._cache["t1"].nbytes  # every rare term here has two postings: the same size
+    index = InvertedIndex(cache_bytes=6 * entry_bytes)
+    index.add_many(docs.items())
+    for term in ("t1", "t2", "t3", "t4"):  # four of six places: past half full
+        index.search([term], 5)
+    index.search(["t1"], 5)  # used again: now the most recent
+    for term in ("t5", "t6", "t7"):  # one more than fits: the least recently used goes
+        index.search([term], 5)
+    assert "t1" in index._cache
+    assert "t2" not in index._cache
+    assert index._cache_size <= 6 * entry_bytes

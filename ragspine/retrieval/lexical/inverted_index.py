@@ -17,12 +17,17 @@ Layout
   memory follows the live set.
 - Document frequency is never stored: ``df`` of a term is the number of its live postings, counted when
   the term is first scored after a write. Per-term BM25 contributions over the whole live corpus are
-  cached (float64, least recently used out first beyond ``cache_bytes``) and the cache is dropped
-  on every write, because N and avgdl move with every change.
+  cached (float64; beyond ``cache_bytes`` the least recently used go first, recency being tracked
+  once the cache is half full) and the cache is dropped on every write, because N and avgdl move with
+  every change.
 - A query adds its common terms' dense vectors and its rarer terms' (slot, contribution) arrays (one
   ``np.bincount``) into one float64 score per slot. For the top k it first takes a safe lower bound
   on the k-th best score from one term's documents, keeps the slots above it and orders the winners
   by ``(-score, key)``.
+- Unfiltered top-k queries go through the compiled kernel (``_bm25_kernel.c``) when the package was
+  built with it: the same sums in the same order, so the same scores bit for bit, and one heap pass
+  for the top k instead of a dozen NumPy calls. ``kernel="numpy"`` (or a build without a C compiler)
+  answers every query through NumPy.
 
 Query-term rule: every occurrence in the query counts (the same rule as ``bm25_scores``): a term that
 appears twice contributes twice.
@@ -46,6 +51,20 @@ import numpy as np
 
 from ragspine.retrieval.constants import DEFAULT_BM25_B, DEFAULT_BM25_K1
 from ragspine.retrieval.lexical.bm25 import bm25_idf, validate_bm25_params
+
+try:
+    from ragspine.retrieval.lexical import _bm25_kernel
+except ImportError:  # built without a C compiler: the NumPy path gives the same results
+    _bm25_kernel = None  # type: ignore[assignment]
+
+# "auto": the compiled kernel when the package has it; "numpy": always NumPy; "compiled": require it.
+KERNELS: tuple[str, ...] = ("auto", "numpy", "compiled")
+
+
+def compiled_kernel_available() -> bool:
+    """True when the package was built with the compiled BM25 kernel."""
+    return _bm25_kernel is not None
+
 
 # Token budget of one indexing batch inside add_many: bounds the transient numpy arrays (~50 bytes
 # per token) while keeping batches large enough for vectorised work to dominate.
@@ -87,6 +106,7 @@ class _TermPostings(NamedTuple):
     contrib: np.ndarray | None  # (df,) float64, or None when dense
     dense: np.ndarray | None  # (capacity,) float64, or None
     nbytes: int  # what the entry holds, for the cache budget
+    peak: float  # the largest contribution (0.0 for no postings): bounds what the term adds to any slot
 
 
 def _compact_tf(tf: np.ndarray) -> np.ndarray:
@@ -240,7 +260,11 @@ class InvertedIndex:
     document) plus roughly 100 bytes per key, and the contribution cache, which ``cache_bytes`` bounds
     (default 256 MiB; 0 disables it). Measured: 1.13 KB per chunk at 1M mixed en/zh chunks.
 
-    Raises ``ValueError`` when ``k1 < 0``, ``b`` is outside ``[0, 1]`` or ``cache_bytes < 0``.
+    ``kernel`` picks how unfiltered top-k queries are scored (see ``KERNELS``): the results are the same
+    either way.
+
+    Raises ``ValueError`` when ``k1 < 0``, ``b`` is outside ``[0, 1]``, ``cache_bytes < 0``, or ``kernel``
+    is unknown or ``"compiled"`` in a build without the compiled kernel.
     """
 
     def __init__(
@@ -249,10 +273,19 @@ class InvertedIndex:
         k1: float = DEFAULT_BM25_K1,
         b: float = DEFAULT_BM25_B,
         cache_bytes: int = _DEFAULT_CACHE_BYTES,
+        kernel: str = "auto",
     ) -> None:
         validate_bm25_params(k1, b)
         if not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError(f"cache_bytes must be an integer >= 0, got {cache_bytes!r}")
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+        if kernel == "compiled" and _bm25_kernel is None:
+            raise ValueError(
+                "the compiled BM25 kernel is not built; reinstall with a C compiler present "
+                "(pip install -e .) or use kernel='auto'"
+            )
+        self._top_kernel = None if kernel == "numpy" else _bm25_kernel
         self._k1 = float(k1)
         self._b = float(b)
         self._cache_limit = cache_bytes
@@ -559,10 +592,31 @@ class InvertedIndex:
         """``search`` as two lists, keys and their scores (same order, same errors), without the pairs."""
         if k is not None and (not isinstance(k, int | np.integer) or isinstance(k, bool) or k < 0):
             raise ValueError(f"k must be None or an integer >= 0, got {k!r}")
+        if allowed is None and k and self._top_kernel is not None:
+            return self._compiled_top(_validate_query(query_tokens), int(k))
         scored = self._scores(_validate_query(query_tokens), allowed)
         if scored is None or k == 0:
             return [], []
         return self._top(*scored, None if k is None else int(k))
+
+    def _compiled_top(self, query_tokens: Sequence[str], k: int) -> tuple[list[str], list[float]]:
+        """``search_columns`` without a mask, through the compiled kernel (the same keys and scores)."""
+        try:
+            counts = Counter(query_tokens)
+        except TypeError:
+            raise ValueError("query_tokens must be hashable token strings") from None
+        if self._n_live == 0:
+            return [], []
+        cached = self._term_postings(counts)
+        entries: list[Any] = []
+        repeats: list[int] = []
+        for token, count in counts.items():
+            entry = cached.get(token)
+            if entry is not None:
+                entries.append(entry)
+                repeats.append(count)
+        assert self._top_kernel is not None
+        return self._top_kernel.top(entries, repeats, self._slot_key, self._n_slots, k)
 
     def idf(self, tokens: Iterable[str]) -> dict[str, float]:
         """BM25 idf over the live documents of each distinct token; a token no live document holds gets
@@ -742,7 +796,9 @@ class InvertedIndex:
                 term = vocab.get(token)
                 if term is not None:
                     missing.append((token, term))
-        if found:
+        if found and 2 * self._cache_size >= self._cache_limit:
+            # Recency only matters to evictions, which start once the cache is full; while it is less than
+            # half full a hit skips the re-ordering (a lock and two dict operations per term).
             self._touch(cache, found)
         if not missing:
             return found
@@ -754,18 +810,22 @@ class InvertedIndex:
         n_slots = self._n_slots
         offset = 0
         fresh: dict[str, _TermPostings] = {}
+        starts = (np.cumsum(lengths) - lengths)[lengths > 0]
+        peaks = np.maximum.reduceat(contrib, starts).tolist() if contrib.shape[0] else []
+        peak_of = iter(peaks)  # one per term with postings, in order
         for (token, _), df in zip(missing, dfs, strict=True):
             window = slice(offset, offset + df)
             offset += df
+            peak = next(peak_of) if df else 0.0
             if df and df >= _DENSE_SHARE * n_slots:
                 dense = np.zeros(n_slots, dtype=np.float64)
                 dense[slots[window]] = contrib[window]
                 term_slots = slots[window].copy()  # own copy: the shared buffer is not kept alive
-                fresh[token] = _TermPostings(term_slots, None, dense, term_slots.nbytes + dense.nbytes)
+                fresh[token] = _TermPostings(term_slots, None, dense, term_slots.nbytes + dense.nbytes, peak)
             else:
                 term_slots, term_contrib = slots[window].copy(), contrib[window].copy()
                 fresh[token] = _TermPostings(
-                    term_slots, term_contrib, None, term_slots.nbytes + term_contrib.nbytes
+                    term_slots, term_contrib, None, term_slots.nbytes + term_contrib.nbytes, peak
                 )
         self._remember(cache, fresh)
         found.update(fresh)
