@@ -14,6 +14,9 @@ Stages, each timed over the same judged queries (top 100, or --top N for both si
   retrieve     NarrativeIndex.retrieve (store change-log check, glossary multi-query)
   snippets     NarrativeIndexRetriever.retrieve: the whole retrieval pipeline (ragspine.retrieval.pipeline:
                request, route, channels, exit #2, snippet dicts with provenance, final exit, report)
+  snippets_numpy  the same with the lexical index scoring through its NumPy path instead of the compiled
+               kernel (checked first to give the same snippets; absent when the package was built without
+               the kernel, since every stage then runs the NumPy path)
 
 ``--breakdown`` adds what each part of the ``snippets`` stage costs inside the whole pipeline: the stage
 runs again with one part replaced by a lookup of that part's own answers, computed beforehand for every
@@ -54,11 +57,12 @@ from typing import Any, cast  # noqa: E402
 from ragspine.eval.harness import ingest_dataset  # noqa: E402
 from ragspine.retrieval.assembly import assemble_index  # noqa: E402
 from ragspine.retrieval.chunking.chunk_store import ChunkStore  # noqa: E402
+from ragspine.retrieval.lexical.inverted_index import compiled_kernel_available  # noqa: E402
 from ragspine.retrieval.lexical.tokenizer import tokenize  # noqa: E402
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 
-STAGES = ("bm25s", "bm25s_pool", "raw", "floor", "search", "retrieve", "snippets")
+STAGES = ("bm25s", "bm25s_pool", "raw", "floor", "search", "retrieve", "snippets", "snippets_numpy")
 # --breakdown: the part a stage variant replaces, and the variant's name.
 PARTS = {"kernel": "without_kernel", "store_check": "without_store_check", "glossary": "without_glossary"}
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
@@ -189,6 +193,24 @@ def part_variants(
     return {name: run_with(replaced) for name, replaced in stand_ins.items()}
 
 
+def numpy_kernel_stage(
+    lex: Any, link: NarrativeIndexRetriever, queries: Sequence[tuple[str, list[str]]], top: int
+) -> Stage:
+    """The ``snippets`` stage with the lexical index on its NumPy path (``RuntimeError`` when that changes
+    any query's snippets)."""
+    numpy_path = _Replaced(lex, _top_kernel=None)
+    expected = {text: link.retrieve(text, top_k=top) for text, _ in queries}
+    with numpy_path:
+        if any(link.retrieve(text, top_k=top) != expected[text] for text, _ in queries):
+            raise RuntimeError("the NumPy path gave other snippets than the compiled kernel")
+
+    def stage(text: str, _tokens: list[str]) -> object:
+        with numpy_path:
+            return link.retrieve(text, top_k=top)
+
+    return stage
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="scifact", help="BEIR folder or a name under ../shared/data")
@@ -249,6 +271,8 @@ def main() -> int:
             "retrieve": lambda q, _t: index.retrieve(q, top_k=top),
             "snippets": lambda q, _t: link.retrieve(q, top_k=top),
         }
+        if compiled_kernel_available():
+            stages["snippets_numpy"] = numpy_kernel_stage(lex, link, queries, top)
         if args.breakdown:
             stages.update(part_variants(index, link, queries, top))
         for _ in range(2):  # warm-up: caches, first-call costs of every stage
@@ -266,6 +290,7 @@ def main() -> int:
         "load_start": round(load_start, 2),
         "load_end": round(os.getloadavg()[0], 2),
         "ingest_docs_per_s": ingest_docs_per_s,
+        "lexical_kernel": "compiled" if compiled_kernel_available() else "numpy",
         **summarise(per_round),
         **(breakdown(per_round) if args.breakdown else {}),
     }
@@ -276,13 +301,15 @@ def main() -> int:
     print(
         f"{dataset.name}: {len(queries)} queries, mode {args.mode}, top-{top}, 1 thread, {args.clock} clock, "
         f"median of {args.rounds} alternating rounds; load average {figures['load_start']} -> "
-        f"{figures['load_end']}"
+        f"{figures['load_end']}; lexical kernel: {figures['lexical_kernel']}"
     )
-    header = f"{'stage':<10} {'queries/s':>10} {'vs bm25s':>9} {'(min-max over rounds)':>22}"
+    header = f"{'stage':<14} {'queries/s':>10} {'vs bm25s':>9} {'(min-max over rounds)':>22}"
     print(f"{header} {'vs bm25s_pool':>14}")
     for stage in STAGES:
+        if f"{stage}_qps" not in figures:
+            continue
         print(
-            f"{stage:<10} {float(figures[f'{stage}_qps']):>10.0f} {float(figures[f'{stage}_ratio']):>8.2f}x"
+            f"{stage:<14} {float(figures[f'{stage}_qps']):>10.0f} {float(figures[f'{stage}_ratio']):>8.2f}x"
             f"   {float(figures[f'{stage}_ratio_min']):>9.2f}-{float(figures[f'{stage}_ratio_max']):.2f}x"
             f" {float(figures[f'{stage}_vs_pool']):>13.2f}x"
         )

@@ -17,6 +17,7 @@ from ragspine.eval.harness import ingest_dataset
 from ragspine.ingest.beir import BeirDocument
 from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.lexical.inverted_index import compiled_kernel_available
 from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.settings import Settings
@@ -110,3 +111,49 @@ def test_breakdown_arithmetic(bench: ModuleType) -> None:
     assert figures["store_check_us"] == pytest.approx(20.0)
     assert figures["glossary_us"] == pytest.approx(10.0)
     assert figures["rest_us"] == pytest.approx(100.0)
+
+
+needs_kernel = pytest.mark.skipif(
+    not compiled_kernel_available(),
+    reason="the compiled BM25 kernel is not built (no C compiler at install time): no NumPy stage to compare",
+)
+
+
+@needs_kernel
+def test_the_numpy_kernel_stage_runs_the_numpy_path_with_the_same_snippets(
+    bench: ModuleType, library: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index, link, queries = library
+    lex = index.retriever._lex
+    compiled = lex._top_kernel
+    numpy_scores = type(lex)._scores
+    used: list[bool] = []
+
+    def watched(self: Any, *args: Any, **kwargs: Any) -> Any:
+        used.append(self._top_kernel is None)
+        return numpy_scores(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(lex), "_scores", watched)
+    stage = bench.numpy_kernel_stage(lex, link, queries, 3)
+    used.clear()
+    for text, tokens in queries:
+        assert stage(text, tokens) == link.retrieve(text, top_k=3)
+    assert used and all(used)  # the stage scored through NumPy, the plain call did not touch _scores
+    assert lex._top_kernel is compiled  # put back after each stage call
+
+
+@needs_kernel
+def test_a_numpy_path_that_answers_otherwise_is_refused(
+    bench: ModuleType, library: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index, link, queries = library
+    lex = index.retriever._lex
+    real_top = type(lex)._top
+
+    def reversed_top(self: Any, *args: Any, **kwargs: Any) -> Any:
+        keys, scores = real_top(self, *args, **kwargs)
+        return keys[::-1], scores[::-1]
+
+    monkeypatch.setattr(type(lex), "_top", reversed_top)
+    with pytest.raises(RuntimeError, match="other snippets"):
+        bench.numpy_kernel_stage(lex, link, queries, 3)
