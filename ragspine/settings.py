@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ragspine.retrieval.constants import DEFAULT_CHANGE_POLL_S
+
 _PREFIX = "RAGSPINE_"
 
 OFF = "none"
@@ -163,7 +165,7 @@ class Settings:
     model_call_slots: int = 2
     # How long a library's served index may trust its last look at the store's change log when this
     # front wrote nothing since (writes by other replicas show within it); 0 = look on every query.
-    store_change_poll_s: float = 0.02
+    store_change_poll_s: float = DEFAULT_CHANGE_POLL_S
     library_list_poll_s: float = 1.0  # how long the list of libraries on disk is reused by queries
     # Ingestion limits (see ragspine.ingest.limits); each refusal names its variable.
     max_document_text_chars: int = 4_000_000  # extracted text per document

@@ -13,6 +13,10 @@ DEFAULT_BM25_K1 = 1.5
 DEFAULT_BM25_B = 0.75
 DEFAULT_CHUNK_CHARS = 480
 DEFAULT_OVERLAP_CHARS = 80
+# How long a chunk store may trust its last look at its change log while no store object of this process
+# wrote its file since: writes from other processes (another replica, a CLI ingest) show within it;
+# 0 = look on every query.
+DEFAULT_CHANGE_POLL_S = 0.02
 
 RESTRICTED_SENSITIVITY = RESTRICTED
 

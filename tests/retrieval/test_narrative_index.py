@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ragspine.retrieval.chunking import chunk_store as chunk_store_module
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
@@ -86,6 +87,52 @@ def test_sees_changes_from_another_process(tmp_path: Path) -> None:
     )
     subprocess.run([sys.executable, "-c", script], check=True)
     assert [r.chunk.doc_id for r in reader.retrieve("export")] == ["p"]
+
+
+def _write_elsewhere(db: Path, doc_id: str, text: str) -> None:
+    """A write by another process (it shares no memory with this one)."""
+    script = textwrap.dedent(
+        f"""
+        from ragspine.retrieval.chunking.chunk_store import ChunkStore
+        from ragspine.retrieval.chunking.chunking import chunk_document
+        from ragspine.retrieval.chunking.types import DocumentMeta
+        s = ChunkStore({str(db)!r}); s.init_schema()
+        s.replace_doc_chunks({doc_id!r}, chunk_document({text!r}, DocumentMeta({doc_id!r})))
+        s.close()
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_another_process_shows_within_the_poll_another_store_object_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    store = ChunkStore(db, change_poll_s=3600.0)
+    store.init_schema()
+    reader = NarrativeIndex(store)
+    assert reader.retrieve("export") == []
+    _write_elsewhere(db, "p", "export tariff shock")
+    assert reader.retrieve("export") == []  # within the poll interval the last look stands
+    _store(db).replace_doc_chunks("q", [])  # a write through any store object of this process...
+    assert [r.chunk.doc_id for r in reader.retrieve("export")] == ["p"]  # ...makes the reader look again
+    _write_elsewhere(db, "r", "import quota eased")
+    store.change_poll_s = 0.0  # looking on every query: another process's write shows at once
+    assert [r.chunk.doc_id for r in reader.retrieve("quota")] == ["r"]
+
+
+def test_reverse_proof_a_per_object_commit_count_misses_another_store_objects_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The old bookkeeping (each object counts only its own commits) under a poll interval: a reader keeps
+    # its last look although a store object of the same process wrote.
+    monkeypatch.setattr(chunk_store_module._FILE_COMMITS, "bump", lambda uri: None)
+    db = tmp_path / "shared.db"
+    store = ChunkStore(db, change_poll_s=3600.0)
+    store.init_schema()
+    reader = NarrativeIndex(store)
+    from ragspine.retrieval.chunking.chunking import chunk_document
+
+    _store(db).replace_doc_chunks("x", chunk_document("tariff outlook worsened", DocumentMeta("x")))
+    assert reader.retrieve("tariff") == []
 
 
 def test_withdraw_and_reingest_unchanged(tmp_path: Path) -> None:

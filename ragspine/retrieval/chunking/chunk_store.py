@@ -33,6 +33,7 @@ from ragspine.common.sensitivity import (
     stored_label,
 )
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
+from ragspine.retrieval.constants import DEFAULT_CHANGE_POLL_S
 from ragspine.retrieval.indexing.ledger import VectorLedgerMixin, ledger_ddl
 from ragspine.retrieval.indexing.library_settings import LibrarySettingsMixin, library_settings_ddl
 
@@ -175,6 +176,25 @@ def _batches(items: Sequence[str]) -> Iterator[Sequence[str]]:
         yield items[i : i + _IN_BATCH]
 
 
+class _FileCommits:
+    """Commits made through every ``ChunkStore`` of this process, per database file (by resolved URI), so
+    that a store polling its change log looks again at once after any object of this process wrote."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def bump(self, uri: str) -> None:
+        with self._lock:
+            self._counts[uri] = self._counts.get(uri, 0) + 1
+
+    def count(self, uri: str) -> int:
+        return self._counts.get(uri, 0)
+
+
+_FILE_COMMITS = _FileCommits()
+
+
 class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
     """Versioned SQLite store of chunks. ``db_path`` is a file path (str or Path) or ``":memory:"``.
 
@@ -192,10 +212,11 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
 
     _LEDGER_COLUMNS = _COLUMN_NAMES
 
-    def __init__(self, db_path: str | PathLike[str], *, change_poll_s: float = 0.0) -> None:
-        """``change_poll_s`` > 0 lets ``change_seq`` answer from memory for that long when this store
-        object has committed nothing since it last looked (a server polling for changes on every query);
-        changes committed through another connection then show within ``change_poll_s``."""
+    def __init__(self, db_path: str | PathLike[str], *, change_poll_s: float = DEFAULT_CHANGE_POLL_S) -> None:
+        """``change_poll_s`` > 0 lets ``change_seq`` answer from memory for that long while no store
+        object of this process has committed to the same file since it last looked (an index checks for
+        changes on every query). Writes through any store object of this process show at once; writes
+        by other processes within ``change_poll_s`` (default 20 ms). 0 looks on every call."""
         path = str(db_path)
         if not path.strip():
             raise ValueError("db_path is empty; give a file path or ':memory:'")
@@ -281,6 +302,8 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
                 yield conn
                 conn.execute("COMMIT")
                 self._commits += 1
+                if self._read_uri:
+                    _FILE_COMMITS.bump(self._read_uri)
             except BaseException:
                 # SQLite may already have rolled back (disk full, I/O error); a second ROLLBACK would
                 # raise and hide the original error.
@@ -656,15 +679,12 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
 
         File stores read it on a connection of its own (WAL readers never wait for the writer), so a
         query checking for changes is not held up by an ingest transaction in progress; with
-        ``change_poll_s`` the last answer is reused for that long unless this object committed since."""
+        ``change_poll_s`` the last answer is reused for that long unless a store object of this process
+        committed to the same file since."""
         seen = self._seq_seen
-        if (
-            seen is not None
-            and seen[2] == self._commits
-            and time.monotonic() - seen[1] < self.change_poll_s
-        ):
+        commits = _FILE_COMMITS.count(self._read_uri) if self._read_uri else self._commits
+        if seen is not None and seen[2] == commits and time.monotonic() - seen[1] < self.change_poll_s:
             return seen[0]
-        commits = self._commits
         if self.change_poll_s > 0 and seen is not None and seen[2] == commits and self._path != ":memory:":
             # Only time ran out: when another thread is reading the log right now, its answer is
             # no older than this caller could get; do not queue behind it.
