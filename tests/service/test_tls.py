@@ -1,9 +1,12 @@
-"""Optional TLS: a server started with a certificate only speaks TLS; the worker client can use it."""
+"""Optional TLS: a server started with a certificate only speaks TLS; the worker client can use it. And
+a stop that a stuck health watcher cannot hold up."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -58,3 +61,32 @@ def test_half_configured_tls_is_a_clear_error(certificate: tuple[Path, Path]) ->
     cert, _ = certificate
     with pytest.raises(ValueError, match="both a certificate file and a key file"):
         start_worker(ModelRegistry(), tls_cert_file=str(cert))
+
+
+def test_stop_does_not_hang_on_a_health_watcher_that_never_takes_its_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A watcher whose client went away can hold the NOT_SERVING update in its stream's send (seen as a
+    # rare hang of the test above). Stand-in: the health update blocks until released.
+    running = start_worker(ModelRegistry(), host="localhost")
+    released = threading.Event()
+    asked: list[str] = []
+
+    def stuck(name: str, status: object) -> None:
+        asked.append(name)
+        released.wait(30)
+
+    monkeypatch.setattr(running.health, "set", stuck)
+    started = time.monotonic()
+    try:
+        running.stop(0)
+        took = time.monotonic() - started
+    finally:
+        released.set()
+    assert took < 5.0, f"stop took {took:.1f} s"
+    assert asked == [""]  # NOT_SERVING was reported (it is the watcher that never took it)
+    # And the server is gone.
+    with grpc.insecure_channel(f"localhost:{running.port}") as channel, pytest.raises(grpc.RpcError):
+        model_worker_pb2_grpc.ModelWorkerServiceStub(channel).Info(
+            model_worker_pb2.ModelWorkerServiceInfoRequest(), timeout=1
+        )

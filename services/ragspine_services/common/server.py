@@ -33,6 +33,10 @@ _LOG = logging.getLogger("ragspine_services.server")
 
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 DEFAULT_GRACE_S = 10.0
+# How long stop() waits for the NOT_SERVING report to reach health watchers before going on without it.
+_HEALTH_NOTIFY_S = 1.0
+# How long stop() waits, past the grace period, for the gRPC server to report it has shut down.
+_STOP_SLACK_S = 5.0
 
 
 def grpc_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
@@ -76,14 +80,26 @@ class RunningServer:
         if self._stopped.is_set():
             return
         deadline = time.monotonic() + grace_s
-        self.set_serving(False)
+        # A health watcher whose client went away can hold a status update until the server cancels its
+        # stream (the update waits on that stream's send): report NOT_SERVING from a helper thread, so a
+        # stop never hangs on one; server.stop below cancels the stream and lets the update finish.
+        notify = threading.Thread(
+            target=self.set_serving, args=(False,), name="health-not-serving", daemon=True
+        )
+        notify.start()
+        notify.join(_HEALTH_NOTIFY_S)
         if grace_s > 0:
             self.gate.start()
             if not self.gate.wait_idle(deadline):
                 _LOG.warning("grace period over with calls in flight", extra={"calls": self.gate.in_flight})
         if self.http is not None:
             self.http.stop(max(0.5, deadline - time.monotonic()))
-        self.server.stop(max(0.0, deadline - time.monotonic())).wait()
+        remaining = max(0.0, deadline - time.monotonic())
+        if not self.server.stop(remaining).wait(remaining + _STOP_SLACK_S):
+            # Every call was cancelled at the end of the grace period; what still holds the server (a
+            # stream send that never completes) must not keep the process from exiting.
+            _LOG.warning("gRPC server still shutting down after the grace period; going on without it")
+        notify.join(_HEALTH_NOTIFY_S)
         if self.froze_gc:
             gc.unfreeze()
         self._stopped.set()
