@@ -314,11 +314,15 @@ def test_under_cache_pressure_recently_used_terms_outlive_unused_ones() -> None:
     entry_bytes = probe._cache["t1"].nbytes  # every rare term here has two postings: the same size
     index = InvertedIndex(cache_bytes=6 * entry_bytes)
     index.add_many(docs.items())
-    for term in ("t1", "t2", "t3", "t4"):  # four of six places: past half full
+    # A term used early and often (as a common word is, from the first queries after a write)...
+    index.search(["t1"], 5)
+    index.search(["t1"], 5)
+    for term in ("t2", "t3", "t4", "t5", "t6"):  # ...then the cache fills with terms used once
         index.search([term], 5)
-    index.search(["t1"], 5)  # used again: now the most recent
-    for term in ("t5", "t6", "t7"):  # one more than fits: the least recently used goes
+        index.search(["t1"], 5)
+    for term in ("t7", "t8"):  # two more than fit: the oldest terms not used since go
         index.search([term], 5)
     assert "t1" in index._cache
-    assert "t2" not in index._cache
+    assert "t2" not in index._cache and "t3" not in index._cache
+    assert {"t4", "t5", "t6", "t7", "t8"} <= set(index._cache)
     assert index._cache_size <= 6 * entry_bytes

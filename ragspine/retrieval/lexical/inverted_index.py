@@ -17,9 +17,8 @@ Layout
   memory follows the live set.
 - Document frequency is never stored: ``df`` of a term is the number of its live postings, counted when
   the term is first scored after a write. Per-term BM25 contributions over the whole live corpus are
-  cached (float64; beyond ``cache_bytes`` the least recently used go first, recency being tracked
-  once the cache is half full) and the cache is dropped on every write, because N and avgdl move with
-  every change.
+  cached (float64; beyond ``cache_bytes`` the oldest entry not used since it was added goes first) and
+  the cache is dropped on every write, because N and avgdl move with every change.
 - A query adds its common terms' dense vectors and its rarer terms' (slot, contribution) arrays (one
   ``np.bincount``) into one float64 score per slot. For the top k it first takes a safe lower bound
   on the k-th best score from one term's documents, keeps the slots above it and orders the winners
@@ -302,6 +301,7 @@ class InvertedIndex:
         self._segments: list[_Segment] = []
         self._cache: dict[str, _TermPostings] = {}  # token -> postings for the current write epoch
         self._cache_size = 0
+        self._recent: set[str] = set()  # cached tokens used since added or last spared from eviction
         self._norm: np.ndarray | None = None  # full-corpus length norms for the current write epoch
         self._cache_lock = threading.Lock()
 
@@ -505,6 +505,7 @@ class InvertedIndex:
         with self._cache_lock:
             self._cache = {}
             self._cache_size = 0
+            self._recent = set()
             self._norm = None
 
     def _compact(self) -> None:
@@ -796,10 +797,8 @@ class InvertedIndex:
                 term = vocab.get(token)
                 if term is not None:
                     missing.append((token, term))
-        if found and 2 * self._cache_size >= self._cache_limit:
-            # Recency only matters to evictions, which start once the cache is full; while it is less than
-            # half full a hit skips the re-ordering (a lock and two dict operations per term).
-            self._touch(cache, found)
+        if found:
+            self._recent.update(found)  # one C-level set update per query, no lock: see _remember
         if not missing:
             return found
         slots, tf, lengths = self._gather([term for _, term in missing])
@@ -831,26 +830,26 @@ class InvertedIndex:
         found.update(fresh)
         return found
 
-    def _touch(self, cache: dict[str, _TermPostings], used: dict[str, _TermPostings]) -> None:
-        """Mark cache entries as just used (the cache evicts least recently used entries first)."""
-        with self._cache_lock:
-            if cache is self._cache:
-                for token in used:
-                    entry = cache.pop(token, None)
-                    if entry is not None:
-                        cache[token] = entry
-
     def _remember(self, cache: dict[str, _TermPostings], fresh: dict[str, _TermPostings]) -> None:
-        """Add entries to the cache, evicting the least recently used ones beyond ``cache_bytes``."""
+        """Add entries to the cache, evicting beyond ``cache_bytes`` in "second chance" order: the oldest
+        entry goes unless a query used it since it was added (or last spared), in which case it moves to
+        the newest end once. Close to least-recently-used eviction, for one set update per query."""
         with self._cache_lock:
             if cache is not self._cache:  # a write invalidated it meanwhile
                 return
+            recent = self._recent
             for token, entry in fresh.items():
                 if entry.nbytes > self._cache_limit:
                     continue
                 self._cache_size += entry.nbytes
                 while self._cache_size > self._cache_limit and cache:
-                    self._cache_size -= cache.pop(next(iter(cache))).nbytes
+                    oldest = next(iter(cache))
+                    spared = cache.pop(oldest)
+                    if oldest in recent:
+                        recent.discard(oldest)
+                        cache[oldest] = spared
+                    else:
+                        self._cache_size -= spared.nbytes
                 cache[token] = entry
 
     def _top(
