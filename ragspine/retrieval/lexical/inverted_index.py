@@ -222,6 +222,15 @@ def _validate_query(query_tokens: object) -> Sequence[str]:
         ) from None
 
 
+def _query_counts(query_tokens: Sequence[str]) -> Counter[str]:
+    """How often each token occurs in the query (every occurrence counts); ``ValueError`` for unhashable
+    tokens."""
+    try:
+        return Counter(query_tokens)
+    except TypeError:
+        raise ValueError("query_tokens must be hashable token strings") from None
+
+
 def _length_norm(doclen: np.ndarray, avgdl: float, k1: float, b: float) -> np.ndarray:
     """``k1 * (1 - b + b * |d| / avgdl)`` per document, in the operation order of ``bm25_scores``."""
     norm: np.ndarray = k1 * ((1.0 - b) + (b * doclen) / avgdl)
@@ -602,10 +611,7 @@ class InvertedIndex:
 
     def _compiled_top(self, query_tokens: Sequence[str], k: int) -> tuple[list[str], list[float]]:
         """``search_columns`` without a mask, through the compiled kernel (the same keys and scores)."""
-        try:
-            counts = Counter(query_tokens)
-        except TypeError:
-            raise ValueError("query_tokens must be hashable token strings") from None
+        counts = _query_counts(query_tokens)
         if self._n_live == 0:
             return [], []
         cached = self._term_postings(counts)
@@ -656,10 +662,7 @@ class InvertedIndex:
 
     def _scores(self, query_tokens: Sequence[str], allowed: object) -> _Scored | None:
         """Float64 score of every slot plus each matched term's slots, or None when nothing matches."""
-        try:
-            counts = Counter(query_tokens)
-        except TypeError:
-            raise ValueError("query_tokens must be hashable token strings") from None
+        counts = _query_counts(query_tokens)
         if allowed is not None:
             return self._subset_scores(counts, self._check_allowed(allowed))
         if self._n_live == 0:
