@@ -13,7 +13,13 @@ degraded answers, never DEADLINE_EXCEEDED; RESOURCE_EXHAUSTED from the concurren
 status the scenario makes legitimate, and only for Ingest), p50 / p99 latency per RPC, the degraded
 share of Retrieve answers per phase, and the front's and worker's RSS over time (the goal: flat).
 
-Usage: python bench/soak.py [--minutes 10] [--clients 32] [--deadline 1.0] [--cycle-s 60] [--json]
+Resource phases (``bench/soak_limits.py``, each on a fresh ``ragspine serve all``): ``large`` (RSS before,
+at the peak and ``--settle-s`` after 16 callers send 30 MB messages; goal: back within +100 MB),
+``health`` (health p99 while 32 clients, half of them heavy, flood the front; goal < 100 ms) and
+``libraries`` (300 libraries under an open-file limit of 1,024; goal: 0 fds per idle library).
+
+Usage: python bench/soak.py [--phases large,health,libraries,faults] [--minutes 10] [--clients 32]
+       [--deadline 1.0] [--cycle-s 60] [--settle-s 60] [--flood-s 20] [--libraries 300] [--json]
 """
 
 from __future__ import annotations
@@ -180,17 +186,81 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+PHASES = ("large", "health", "libraries", "faults")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)}")
+    parser.add_argument("--minutes", type=float, default=10.0, help="length of the faults phase")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--deadline", type=float, default=1.0, help="Retrieve deadline in seconds")
     parser.add_argument("--cycle-s", type=float, default=60.0, help="length of one fault cycle")
+    parser.add_argument("--settle-s", type=float, default=60.0, help="large phase: wait before the last RSS")
+    parser.add_argument("--flood-s", type=float, default=20.0, help="health phase: length of the flood")
+    parser.add_argument("--libraries", type=int, default=300, help="libraries phase: how many")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown:
+        parser.error(f"unknown phase(s) {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    report: dict[str, Any] = {}
+    resource_phases = [p for p in phases if p != "faults"]
+    if resource_phases:
+        report.update(run_resource_phases(resource_phases, args))
+    if "faults" in phases:
+        report["faults"] = fault_phase(args)
+    if args.json:
+        print(json.dumps(report, indent=2))
 
+
+def run_resource_phases(phases: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """The large-message, health and library phases (``bench/soak_limits.py``), printed as they end."""
+    import soak_limits
+
+    out: dict[str, Any] = {}
+    scratch = Path(tempfile.mkdtemp(prefix="ragspine-soak-limits-"))
+    for phase in phases:
+        print(f"== phase {phase}", file=sys.stderr, flush=True)
+        folder = scratch / phase
+        folder.mkdir()
+        if phase == "large":
+            out[phase] = result = soak_limits.phase_large(folder, settle_s=args.settle_s)
+            if not args.json:
+                for mode, row in result.items():
+                    print(
+                        f"large messages ({mode}): RSS before {row['before_mb']} MB, "
+                        f"peak {row['peak_mb']} MB, "
+                        f"{row['settle_s']:.0f} s after {row['after_mb']} MB (kept {row['kept_mb']:+} MB; "
+                        f"goal < +100 MB); statuses {row['codes']}"
+                    )
+        elif phase == "health":
+            out[phase] = result = soak_limits.phase_health(folder, seconds=args.flood_s)
+            if not args.json:
+                h, r = result["health_ms"], result["reflection_ms"]
+                print(
+                    f"health under a heavy flood: p50 {h['p50']} ms, p99 {h['p99']} ms, max {h['max']} ms "
+                    f"({h['samples']} checks; goal p99 < 100 ms); reflection p99 {r['p99']} ms; "
+                    f"flood statuses {result['flood_codes']}"
+                )
+        elif phase == "libraries":
+            out[phase] = result = soak_limits.phase_libraries(folder, count=args.libraries)
+            if not args.json:
+                print(
+                    f"{result['libraries']} libraries under an open-file limit of {result['fd_limit']}: "
+                    f"{result['open_libraries']} open (max {result['max_open_libraries']}), "
+                    f"{result['fds_per_idle_library']} fds per idle library (goal 0), "
+                    f"{result['fds_per_open_library']} per open one, {result['fds_total']} fds in all; "
+                    f"ListLibraries p50 {result['list_ms']['p50']} ms; "
+                    f"ingest statuses {result['ingest_codes']}"
+                )
+    return out
+
+
+def fault_phase(args: argparse.Namespace) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="ragspine-soak-"))
     worker_port, front_port = free_port(), free_port()
     common = {"RAGSPINE_EMBEDDING": "deterministic", "RAGSPINE_WORKER_TOKEN": "soak-token"}
@@ -298,8 +368,7 @@ def main() -> None:
         "events": events,
     }
     if args.json:
-        print(json.dumps(report, indent=2))
-        return
+        return report
     print(
         f"soak: {args.minutes} min, {args.clients} clients, Retrieve deadline {args.deadline} s, "
         f"cycle {cycle} s"
@@ -320,6 +389,7 @@ def main() -> None:
     slope_text = "n/a" if slope is None else f"{slope:+.3f} MB/min"
     print(f"front RSS slope after the first quarter (least squares): {slope_text}")
     print("RSS series (t s, front MB, worker MB):", rss)
+    return report
 
 
 if __name__ == "__main__":

@@ -129,6 +129,25 @@ class Settings:
     worker_port: int = 50052
     metrics_port: int = 0  # 0 = no Prometheus endpoint
     http_port: int = 0  # HTTP face (Dify /retrieval, REST, /openapi.json) on the front's host; 0 = off
+    # Largest HTTP request body, refused with 413 while it is read (default: the gRPC message cap).
+    http_max_body_bytes: int = 32 * 1024 * 1024
+    # Without tokens, HTTP writes come only from the server's own origin and these (comma-separated,
+    # e.g. "http://localhost:3000"): a web page elsewhere cannot post to a laptop's open server.
+    http_allowed_origins: str = ""
+    # Requests over 1 MiB that one caller without a token (open mode) may run at once, per client address.
+    large_calls_per_caller: int = 2
+    # Calls the front runs at once (more wait up to queue_wait_s in a bounded queue, then are refused with
+    # RESOURCE_EXHAUSTED; health checks always find a thread), and heavy Retrieve calls (top_k > 100 or a
+    # query over 1,000 characters) at once.
+    max_running_calls: int = 16
+    max_queued_calls: int = 64
+    queue_wait_s: float = 1.0
+    max_heavy_retrieves: int = 1
+    # glibc malloc arenas of a server process (freed large buffers pool in few arenas and are trimmed
+    # back to the system); 0 = the C library's default (8 per core).
+    malloc_arena_max: int = 2
+    # After a request message at least this large, free heap memory is handed back (malloc_trim); 0 = never.
+    heap_trim_bytes: int = 1024 * 1024
     min_relevance: float = 0.0  # Retrieve drops snippets below this relevance unless it sets its own
     # Retrieve answers nothing when its best snippet's relevance is below this, unless the request sets its
     # own min_relevance (the pipeline's DEFAULT_MIN_ANSWER_RELEVANCE; bench/relevance.py measures it).
@@ -167,6 +186,10 @@ class Settings:
     # front wrote nothing since (writes by other replicas show within it); 0 = look on every query.
     store_change_poll_s: float = DEFAULT_CHANGE_POLL_S
     library_list_poll_s: float = 1.0  # how long the list of libraries on disk is reused by queries
+    # Libraries a front keeps open at once (least recently used ones beyond it have their files closed and
+    # are opened again on demand); 0 = as many as the file-descriptor limit leaves room for (<= 256).
+    max_open_libraries: int = 0
+    max_libraries: int = 10_000  # libraries one front may hold; creating one more is refused (0 = no limit)
     # Ingestion limits (see ragspine.ingest.limits); each refusal names its variable.
     max_document_text_chars: int = 4_000_000  # extracted text per document
     max_document_pages: int = 2_000  # pages per PDF

@@ -22,13 +22,13 @@ import csv
 import fnmatch
 import hashlib
 import io
-import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragspine.common import bounded_json
 from ragspine.common.company_profile import DomainProfile
 from ragspine.common.glossary import Vocabulary
 from ragspine.common.sensitivity import RESTRICTED, SENSITIVITY_LEVELS
@@ -268,15 +268,9 @@ def _json_rows(data: bytes, name: str, lines: bool) -> Iterator[tuple[list[str],
         for line_no, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
-            try:
-                items.append((f"line {line_no}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{name} line {line_no} is not JSON: {exc}") from None
+            items.append((f"line {line_no}", bounded_json.loads(line, where=f"{name} line {line_no}")))
     else:
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{name} is not JSON: {exc}") from None
+        parsed = bounded_json.loads(text, where=name)
         if isinstance(parsed, dict) and isinstance(parsed.get("facts"), list):
             parsed = parsed["facts"]
         if not isinstance(parsed, list):

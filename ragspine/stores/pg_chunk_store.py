@@ -243,6 +243,7 @@ class PgChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
         self._lock = threading.RLock()
         self._listen_conn: Any = None
         self._conn: Any = None
+        self._released = False  # release_files() closed the connections; the next call reconnects
         self._conn = self._pg.first()
         try:
             self.init_schema()
@@ -272,8 +273,27 @@ class PgChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
         """A new autocommit connection whose unqualified table names resolve in this store's schema."""
         return self._pg.connect()
 
+    def release_files(self) -> None:
+        """Close the connections but keep the store usable: the next call connects again (a front does
+        this to libraries it has not used for a while)."""
+        with self._lock:
+            if self._conn is None:
+                return
+            self._released = True
+            for conn in (self._conn, self._listen_conn):
+                if conn is not None:
+                    conn.close()
+            self._conn = None
+            self._listen_conn = None
+
+    @property
+    def open_files(self) -> bool:
+        """True while the store holds connections."""
+        return self._conn is not None or self._listen_conn is not None
+
     def close(self) -> None:
         """Close the connections. Safe to call twice; any later call raises ``ValueError``."""
+        self._released = False
         with self._lock:
             for conn in (self._conn, self._listen_conn):
                 if conn is not None:
@@ -290,6 +310,8 @@ class PgChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
         self.close()
 
     def _connection(self) -> Any:
+        if self._conn is None and self._released:
+            self._conn = self._pg.live(None)
         if self._conn is None:
             raise ValueError(f"chunk store ({redact_dsn(self._dsn)}) is closed; open a new PgChunkStore")
         self._conn = self._pg.live(self._conn)

@@ -182,12 +182,12 @@ def test_bad_stream_and_upload_bodies(front: InProcess) -> None:
 
 
 def test_unpaired_surrogate_where_a_message_is_expected_is_a_400(front: InProcess) -> None:
-    # protobuf's own parser fails with SystemError (not ParseError) on such a body; it must still be a
-    # 400 naming the message, never a 500, and nothing is written.
+    # protobuf's own parser fails with SystemError (not ParseError) on such a body; the bounded JSON
+    # reader refuses it first: a 400 naming the lone surrogate, never a 500, and nothing is written.
     raw = b'{"library": "lib-a", "documents": ["\\ud800"]}'
     status, body = call(front.base, "POST", "/v1/ingest", raw=raw, content_type="application/json")
     assert (status, body["code"]) == (400, "INVALID_ARGUMENT"), body
-    assert "IngestRequest" in body["message"]
+    assert "lone surrogate" in body["message"]
     line = b'{"library": "lib-a", "document": "\\ud800"}'
     status, body = call(
         front.base, "POST", "/v1/ingest_stream", raw=line, content_type="application/x-ndjson"

@@ -113,7 +113,7 @@ def test_malformed_files_raise(store: SqliteFactStore) -> None:
         map_fact_file(b"metric,entity,period,value,colour\n", "x.csv", PROFILE)
     with pytest.raises(ValueError, match="missing required"):
         map_fact_file(b"metric,entity,value\n", "x.csv", PROFILE)
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match="not valid JSON"):
         map_fact_file(b"{nope", "x.json", PROFILE)
     with pytest.raises(ValueError, match="XLSX"):
         map_fact_file(b"not a zip", "x.xlsx", PROFILE)

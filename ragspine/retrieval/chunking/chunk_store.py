@@ -234,6 +234,7 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
         # change_seq's own read-only connection: polling for changes never waits behind a writer.
         self._seq_conn: sqlite3.Connection | None = None
         self._seq_lock = threading.Lock()
+        self._released = False  # release_files() closed the connections; the next call reopens them
         # Resolved now so that a later change of working directory cannot point reads at another file.
         self._read_uri = "" if path == ":memory:" else f"{Path(path).resolve().as_uri()}?mode=ro"
         try:
@@ -266,8 +267,29 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
         """The path the store was opened with."""
         return self._path
 
+    def release_files(self) -> None:
+        """Close every connection (freeing their file descriptors) but keep the store usable: the next
+        call opens what it needs again. Waits for statements in progress. A front does this to libraries
+        it has not used for a while."""
+        if self._path == ":memory:":
+            return  # the data lives in the connection
+        with self._lock, self._read_lock, self._seq_lock:
+            if self._conn is None:
+                return
+            self._released = True
+            for conn in (self._read_conn, self._seq_conn, self._conn):
+                if conn is not None:
+                    conn.close()
+            self._read_conn = self._seq_conn = self._conn = None
+
+    @property
+    def open_files(self) -> bool:
+        """True while the store holds connections (False after ``release_files`` or ``close``)."""
+        return any(c is not None for c in (self._conn, self._read_conn, self._seq_conn))
+
     def close(self) -> None:
         """Close the connections. Safe to call twice; any later call on the store raises ``ValueError``."""
+        self._released = False
         with self._lock, self._read_lock, self._seq_lock:
             if self._read_conn is not None:
                 self._read_conn.close()
@@ -289,8 +311,26 @@ class ChunkStore(VectorLedgerMixin, LibrarySettingsMixin):
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise ValueError(f"chunk store {self._path!r} is closed; open a new ChunkStore")
+            if not self._released:
+                raise ValueError(f"chunk store {self._path!r} is closed; open a new ChunkStore")
+            with self._lock:
+                if self._conn is None:
+                    self._conn = self._open_writer()
         return self._conn
+
+    def _open_writer(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise ValueError(
+                f"cannot open chunk store {self._path!r}: {exc}; check that the folder exists and is writable"
+            ) from None
+        if self._path != ":memory:":
+            # WAL is a property of the file (kept); the sync level is per connection.
+            conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
 
     @contextmanager
     def _transaction(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:

@@ -55,6 +55,7 @@ class DefaultChunker:
     """The default paragraph packer (``chunk_document``) behind the ``Chunker`` protocol."""
 
     name = "default"
+    model_free = True  # see chunking.model_free
 
     def chunk(
         self,

@@ -86,6 +86,7 @@ class LayoutAwareChunker:
     """
 
     name = "layout"
+    model_free = True  # rule-based headings (see chunking.model_free); subclasses inherit it
 
     def __init__(self, *, parent_max_chars: int | None = None) -> None:
         if parent_max_chars is not None and (

@@ -26,6 +26,8 @@ class SemanticChunker:
     """
 
     name = "semantic"
+    # It embeds sentences: a RESTRICTED document is split by chunk_document instead (chunking.model_free).
+    model_free = False
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ class SentenceWindowChunker:
     """
 
     name = "sentence_window"
+    model_free = True  # see chunking.model_free
 
     def __init__(self, window_size: int = DEFAULT_WINDOW_SIZE) -> None:
         if not isinstance(window_size, int) or isinstance(window_size, bool) or window_size < 0:

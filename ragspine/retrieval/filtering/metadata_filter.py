@@ -32,12 +32,12 @@ gRPC response reports, per filtered field, how many candidate documents lacked i
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ragspine.common import bounded_json
 from ragspine.retrieval.filtering.doc_metadata import DateValue, parse_moment
 
 T = TypeVar("T")
@@ -493,12 +493,7 @@ def parse_conditions(data: Any) -> MetadataFilter | None:
     Raises ``ValueError`` describing the expected shape when the input fits none of them.
     """
     if isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"filter is not valid JSON ({exc.msg} at char {exc.pos}): {data[:80]!r}"
-            ) from None
+        data = bounded_json.loads(data, where=f"filter {data[:80]!r}")
     if data is None:
         return None
     if isinstance(data, Mapping):

@@ -25,6 +25,7 @@ from ragspine.common.sensitivity import (
 )
 from ragspine.ingest.limits import check_chunk_count
 from ragspine.retrieval.chunking.chunking import chunk_document
+from ragspine.retrieval.chunking.model_free import chunker_for
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, StoredChunk
 from ragspine.retrieval.constants import (
@@ -261,6 +262,8 @@ class NarrativeIndex:
             chunk_fn = self._named_chunker(chunker)
         elif callable(chunker):
             chunk_fn = chunker
+        # The sensitivity is resolved above: a RESTRICTED document reaches no model-backed chunker.
+        chunk_fn = chunker_for(meta, chunk_fn)
         chunks = chunk_fn(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
         limit = self.max_chunks_per_document if max_chunks is None else max_chunks
         check_chunk_count(len(chunks), limit, source=f"document {meta.doc_id!r}")
@@ -309,7 +312,8 @@ class NarrativeIndex:
         written = 0
         for text, raw_meta in documents:
             meta = self.labelled(text, raw_meta)
-            chunks = self.chunker(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
+            chunk_fn = chunker_for(meta, self.chunker)
+            chunks = chunk_fn(text, meta, max_chars=self.max_chars, overlap_chars=self.overlap_chars)
             check_chunk_count(len(chunks), self.max_chunks_per_document, source=f"document {meta.doc_id!r}")
             written += self.store.replace_doc_chunks(meta.doc_id, chunks, valid_as_of=valid_as_of)
             if progress is not None:

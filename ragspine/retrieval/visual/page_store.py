@@ -346,7 +346,8 @@ class VisualPageStore:
         self.dtype = dtype
         self.pool_factor = pool_factor
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.db_path, check_same_thread=False)
+        self._closed = False
+        self._db: sqlite3.Connection | None = sqlite3.connect(self.db_path, check_same_thread=False)
         if self.db_path != ":memory:":
             self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(_SCHEMA)
@@ -361,8 +362,35 @@ class VisualPageStore:
         self._conn.execute("INSERT OR IGNORE INTO visual_pages_version (id, version) VALUES (1, 0)")
         self._conn.commit()
 
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The connection, opened again after ``release_files``."""
+        conn = self._db
+        if conn is None:
+            if self._closed:
+                raise ValueError(f"page store {self.db_path!r} is closed; open a new VisualPageStore")
+            conn = self._db = sqlite3.connect(self.db_path, check_same_thread=False)
+        return conn
+
+    def release_files(self) -> None:
+        """Close the connection (freeing its file descriptors); the next call opens it again."""
+        if self.db_path == ":memory:":
+            return
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    @property
+    def open_files(self) -> bool:
+        return self._db is not None
+
     def close(self) -> None:
-        self._conn.close()
+        with self._lock:
+            self._closed = True
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

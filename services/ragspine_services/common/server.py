@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import resource
 import signal
 import threading
 import time
@@ -24,9 +25,17 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ragspine_services.common.admission import DEFAULT_QUEUE_WAIT_S, AdmissionGate, pool_threads
 from ragspine_services.common.auth import Authenticator
 from ragspine_services.common.drain import DrainGate
-from ragspine_services.common.interceptor import ServiceInterceptor
+from ragspine_services.common.interceptor import DEFAULT_LARGE_CALLS_PER_CALLER, ServiceInterceptor
+from ragspine_services.common.memory import (
+    DEFAULT_ARENA_MAX,
+    LARGE_MESSAGE_BYTES,
+    HeapTrimmer,
+    heap_trimmer,
+    tune_allocator,
+)
 from ragspine_services.common.tracing import server_interceptors
 
 _LOG = logging.getLogger("ragspine_services.server")
@@ -37,6 +46,25 @@ DEFAULT_GRACE_S = 10.0
 _HEALTH_NOTIFY_S = 1.0
 # How long stop() waits, past the grace period, for the gRPC server to report it has shut down.
 _STOP_SLACK_S = 5.0
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's open-file limit to its hard limit (every library and connection holds file
+    descriptors; a default soft limit of 1,024 ran out at 144 libraries); returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:  # e.g. macOS refuses RLIM_INFINITY
+            _LOG.warning("could not raise the open-file limit from %d to %d: %s", soft, hard, exc)
+    return soft
+
+
+def open_file_limit() -> int:
+    """The open-file limit in force (``-1`` when unlimited)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return -1 if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def grpc_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
@@ -124,6 +152,13 @@ class RunningServer:
         _LOG.info("stopped")
 
 
+def _trimmer(heap_trim_bytes: int) -> HeapTrimmer:
+    if heap_trim_bytes == LARGE_MESSAGE_BYTES:
+        return heap_trimmer()  # the process's own
+    # 0: never (a threshold no message reaches)
+    return HeapTrimmer(threshold_bytes=heap_trim_bytes if heap_trim_bytes > 0 else 2**62)
+
+
 def start_server(
     *,
     add_servicers: Callable[[grpc.Server], None],
@@ -134,26 +169,47 @@ def start_server(
     tls_cert_file: str = "",
     tls_key_file: str = "",
     max_workers: int = 16,
-    max_concurrent_rpcs: int | None = None,
+    max_queued: int | None = None,
+    queue_wait_s: float = DEFAULT_QUEUE_WAIT_S,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     extra_options: Sequence[tuple[str, int | str]] = (),
+    large_calls_per_caller: int = DEFAULT_LARGE_CALLS_PER_CALLER,
+    malloc_arena_max: int = DEFAULT_ARENA_MAX,
+    heap_trim_bytes: int = LARGE_MESSAGE_BYTES,
 ) -> RunningServer:
     """Build, bind and start a server; returns it with health NOT_SERVING. ``port=0`` picks a free port.
     ``extra_options`` are added to the channel arguments (``grpc_options``).
 
     TLS is used when both ``tls_cert_file`` and ``tls_key_file`` are set (one without the other is a
-    ``ValueError``). ``max_concurrent_rpcs`` makes gRPC answer RESOURCE_EXHAUSTED beyond that many calls.
+    ``ValueError``). At most ``max_workers`` calls run at once and ``max_queued`` more (default: as many)
+    wait up to ``queue_wait_s`` for a slot; beyond that a call is RESOURCE_EXHAUSTED at once, and health
+    checks and reflection always find a thread (``common.admission``).
     Raises ``RuntimeError`` when the address cannot be bound.
     """
     if bool(tls_cert_file) != bool(tls_key_file):
         raise ValueError("TLS needs both a certificate file and a key file (tls_cert_file, tls_key_file)")
+    # Before the server's threads exist: freed buffers of large messages pool in a few malloc arenas.
+    tune_allocator(malloc_arena_max)
     gate = DrainGate()
+    queued = max_workers if max_queued is None else max_queued
+    admission = AdmissionGate(max_workers, queued, queue_wait_s=queue_wait_s)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        # Tracing (when configured) sits inside the drain gate, around authentication and the servicer.
-        interceptors=[gate, *server_interceptors(), ServiceInterceptor(authenticator)],
-        options=[*grpc_options(max_message_bytes), *extra_options],
-        maximum_concurrent_rpcs=max_concurrent_rpcs,
+        futures.ThreadPoolExecutor(max_workers=pool_threads(max_workers, queued), thread_name_prefix="rpc"),
+        # Tracing (when configured) sits inside the drain and admission gates, around authentication and
+        # the servicer.
+        interceptors=[
+            gate,
+            admission,
+            *server_interceptors(),
+            ServiceInterceptor(
+                authenticator,
+                large_calls_per_caller=large_calls_per_caller,
+                trimmer=_trimmer(heap_trim_bytes),
+            ),
+        ],
+        # A port another process holds must fail the start: with SO_REUSEPORT (gRPC's default) a second
+        # server on it started silently and took a share of the calls.
+        options=[*grpc_options(max_message_bytes), ("grpc.so_reuseport", 0), *extra_options],
     )
     add_servicers(server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
@@ -162,15 +218,22 @@ def start_server(
         (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     address = f"{host}:{port}"
-    if tls_cert_file:
-        credentials = grpc.ssl_server_credentials(
-            [(Path(tls_key_file).read_bytes(), Path(tls_cert_file).read_bytes())]
-        )
-        bound = server.add_secure_port(address, credentials)
-    else:
-        bound = server.add_insecure_port(address)
+    try:
+        if tls_cert_file:
+            credentials = grpc.ssl_server_credentials(
+                [(Path(tls_key_file).read_bytes(), Path(tls_cert_file).read_bytes())]
+            )
+            bound = server.add_secure_port(address, credentials)
+        else:
+            bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
     if not bound:
-        raise RuntimeError(f"could not bind {address}")
+        server.stop(0)
+        raise RuntimeError(
+            f"cannot listen on {address}: the port is in use (another ragspine serve?) or the address is not "
+            "this machine's; stop the other server or choose another port (--port)"
+        )
     running = RunningServer(server, bound, health_servicer, tuple(service_names), gate)
     running.set_serving(False)
     server.start()

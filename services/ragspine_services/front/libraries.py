@@ -19,8 +19,10 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import resource
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,6 +34,7 @@ from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.index_backend import page_index_factory
 from ragspine.retrieval.indexing.drainer import VectorDrainer
+from ragspine.retrieval.indexing.ledger import DENSE, SPARSE, supports_vectors
 from ragspine.retrieval.indexing.library_settings import LibrarySettingsStore
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.lexical.types import EmbeddingBackend
@@ -41,7 +44,7 @@ from ragspine.retrieval.visual.page_store import PageStore, VisualPageStore
 from ragspine.settings import Settings
 from ragspine.stores.schema_names import library_schema
 from ragspine_services.common import metrics
-from ragspine_services.common.errors import BackendUnavailableError, NotFoundError
+from ragspine_services.common.errors import BackendUnavailableError, NotFoundError, RequestTooLargeError
 from ragspine_services.front.change_follower import ChangeFollower
 from ragspine_services.front.library_config import CHUNKER, CONTEXTUAL, LibraryConfigRequest, effective_config
 from ragspine_services.front.pages import LibraryPages, pages_path
@@ -61,6 +64,8 @@ def _report_conflict(library_id: str, kind: str, why: str | None) -> None:
     else:
         log.error("library %s: %s", library_id, why)
     metrics.LIBRARY_MODEL_CONFLICT.labels(library_id, kind).set(0 if why is None else 1)
+
+
 # \Z, not $: "$" also matches before a trailing newline, which would let "lib\n" through.
 _LIBRARY_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _SUFFIX = ".sqlite"
@@ -75,6 +80,39 @@ def check_library_id(library_id: str) -> str:
             "starting with a letter or digit"
         )
     return library_id
+
+
+@dataclass(frozen=True)
+class LibrarySummary:
+    """What ListLibraries and Info report of one library (RESTRICTED chunks never counted)."""
+
+    library_id: str
+    chunk_count: int
+    pending_vectors: int
+    embedding_model: str
+    embedding_dim: int
+    chunker: str
+    contextual: str
+
+
+def _store_summary(library_id: str, store: Any, settings: Settings) -> LibrarySummary:
+    """A summary read from a library's store alone, without building its index: vectors still missing
+    under the model each vector space records (what a drainer would make once the library is open)."""
+    chunks = store.count(include_restricted=False)
+    mode = make_retrieval_mode(settings.retrieval_mode)
+    kinds = [k for k, used in ((DENSE, mode.uses_embedding), (SPARSE, mode.uses_sparse)) if used]
+    pending, model, dim = 0, "", 0
+    if kinds and supports_vectors(store):
+        for kind in kinds:
+            space = store.vector_space(kind)
+            pending = max(
+                pending, chunks if space is None else store.count_pending_vectors(kind, space.model)
+            )
+        dense = store.vector_space(DENSE) if DENSE in kinds else None
+        model, dim = ("", 0) if dense is None else (dense.model, dense.dim)
+    stored = store.library_settings() if isinstance(store, LibrarySettingsStore) else {}
+    config = effective_config(stored, settings)
+    return LibrarySummary(library_id, chunks, pending, model, dim, config[CHUNKER], config[CONTEXTUAL])
 
 
 @dataclass
@@ -245,6 +283,32 @@ class Library:
         with self.lock:
             return list(self._indexes.values())
 
+    def summary(self) -> LibrarySummary:
+        model, dim = self.embedding_space()
+        config = self.config()
+        return LibrarySummary(
+            self.library_id,
+            self.store.count(include_restricted=False),
+            self.pending_vectors(),
+            model,
+            dim,
+            config[CHUNKER],
+            config[CONTEXTUAL],
+        )
+
+    def release_files(self) -> None:
+        """What the catalog does to a library it evicts: stop its background work (drainer, change
+        follower) and close its files. A call still holding the library keeps working: its stores open
+        again on demand, and the object goes once the last such call is done."""
+        if self.drainer is not None:
+            self.drainer.remove(self.library_id)
+        if self.follower is not None:
+            self.follower.stop()
+        pages = self._pages
+        if pages is not None and hasattr(pages.store, "release_files"):
+            pages.store.release_files()
+        self.store.release_files()
+
     def close(self) -> None:
         """Stop following changes, then close the store."""
         if self.drainer is not None:
@@ -288,7 +352,12 @@ class LibraryCatalog:
         self.embedding_backend = embedding_backend
         self.reranker = reranker
         self.sparse_encoder = sparse_encoder
-        self._libraries: dict[str, Library] = {}
+        # Open libraries, least recently used first; past ``max_open`` the oldest is evicted (its files
+        # closed; it is opened again, index rebuilt from its store, when next named).
+        self._libraries: OrderedDict[str, Library] = OrderedDict()
+        self.max_open = open_library_limit(settings.max_open_libraries)
+        self.max_libraries = settings.max_libraries
+        self.evicted = 0
         self._listed: tuple[float, tuple[str, ...]] | None = None  # (when, ids on disk) for ids()
         self._lock = threading.Lock()
         self._directory: PgLibraryDirectory | None = None
@@ -353,11 +422,13 @@ class LibraryCatalog:
             return self._get_pg(self._directory, check_library_id(library_id), create)
         path = self._path(library_id)
         with self._lock:
-            library = self._libraries.get(library_id)
+            library = self._cached(library_id)
             if library is not None:
                 return library
-            if not path.exists() and not create:
-                raise NotFoundError(f"library {library_id!r} does not exist; ingest into it first")
+            if not path.exists():
+                if not create:
+                    raise NotFoundError(f"library {library_id!r} does not exist; ingest into it first")
+                self._check_room()
             path.parent.mkdir(parents=True, exist_ok=True)
             library = Library(
                 library_id,
@@ -371,14 +442,81 @@ class LibraryCatalog:
                 drainer=self.drainer,
             )
             self._libraries[library_id] = library
-            return library
+            victims = self._over_limit()
+        self._evict(victims)
+        return library
+
+    def _cached(self, library_id: str) -> Library | None:
+        """The open library (marked most recently used), or None. Call with the lock held."""
+        library = self._libraries.get(library_id)
+        if library is not None:
+            self._libraries.move_to_end(library_id)
+        return library
+
+    def _check_room(self) -> None:
+        """Refuse a new library past ``max_libraries`` (``RAGSPINE_MAX_LIBRARIES``)."""
+        if self.max_libraries <= 0:
+            return
+        held = len(set(self.on_disk()) | set(self._libraries))
+        if held >= self.max_libraries:
+            raise RequestTooLargeError(
+                f"this server holds {held} libraries, its limit "
+                f"(RAGSPINE_MAX_LIBRARIES={self.max_libraries}); delete a library or raise the limit"
+            )
+
+    def _over_limit(self) -> list[Library]:
+        """The least recently used libraries beyond ``max_open``, taken out of the cache (lock held)."""
+        victims = []
+        while len(self._libraries) > self.max_open:
+            _, library = self._libraries.popitem(last=False)
+            victims.append(library)
+        return victims
+
+    def _evict(self, victims: list[Library]) -> None:
+        for library in victims:
+            library.release_files()
+            self.evicted += 1
+            log.info("library %s closed (more than %d libraries open)", library.library_id, self.max_open)
+
+    def summary(self, library_id: str) -> LibrarySummary:
+        """``library_id``'s summary: from the open library, else read from its store, which is opened for
+        the read and closed again (listing many libraries neither opens nor evicts any)."""
+        with self._lock:
+            library = self._libraries.get(library_id)
+        if library is not None:
+            return library.summary()
+        store: Any
+        if self._directory is not None:
+            directory = self._directory
+            store = _unavailable_on_error(self.settings, lambda: directory.open(library_id, create=False))
+            if store is None:
+                raise NotFoundError(f"library {library_id!r} does not exist; ingest into it first")
+        else:
+            path = self._path(library_id)
+            if not path.exists():
+                raise NotFoundError(f"library {library_id!r} does not exist; ingest into it first")
+            store = ChunkStore(path, change_poll_s=self.settings.store_change_poll_s)
+        try:
+            return _store_summary(library_id, store, self.settings)
+        finally:
+            store.close()
+
+    def is_open(self, library_id: str) -> bool:
+        with self._lock:
+            return library_id in self._libraries
+
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._libraries)
 
     def _get_pg(self, directory: PgLibraryDirectory, library_id: str, create: bool) -> Library:
         # The catalog lock is held while opening so two requests never open the same library twice.
         with self._lock:
-            library = self._libraries.get(library_id)
+            library = self._cached(library_id)
             if library is not None:
                 return library
+            if create and library_id not in self.on_disk():
+                self._check_room()
             store = _unavailable_on_error(self.settings, lambda: directory.open(library_id, create=create))
             if store is None:
                 raise NotFoundError(f"library {library_id!r} does not exist; ingest into it first")
@@ -396,14 +534,17 @@ class LibraryCatalog:
             )
             library.follower = ChangeFollower(store, library.built_indexes, name=library_id).start()
             self._libraries[library_id] = library
-            return library
+            victims = self._over_limit()
+        self._evict(victims)
+        return library
 
     def load_all(self) -> int:
         """Open every library on disk and build its configured index, loading its stored vectors; returns
         how many were loaded. With a drainer, chunks without vectors are left to it (nothing is embedded
         here); without one they are computed now, and a model that fails is logged and retried by queries."""
         ids = self.on_disk()
-        for library_id in ids:
+        # No more than stay open: the rest open (and build their indexes) when first named.
+        for library_id in ids[: self.max_open]:
             index = self.get(library_id).index()
             if self.drainer is not None:
                 continue
@@ -413,7 +554,7 @@ class LibraryCatalog:
                 log.warning(
                     "warming library %s failed (%s); its vectors will be computed on demand", library_id, exc
                 )
-        return len(ids)
+        return min(len(ids), self.max_open)
 
     def close(self) -> None:
         """Stop the drainer (after its batches in flight), stop following changes and close every store
@@ -432,6 +573,25 @@ class LibraryCatalog:
         if self._directory is not None:
             return {"store": redact_dsn(self.settings.store_dsn), "libraries": self.ids()}
         return {"root": str(self.root), "libraries": self.ids()}
+
+
+# File descriptors a library keeps open (three SQLite connections with their WAL files, the page store).
+FDS_PER_LIBRARY = 8
+# Descriptors kept for everything else (sockets of callers and workers, models, logs).
+FD_RESERVE = 256
+DEFAULT_MAX_OPEN_LIBRARIES = 256
+
+
+def open_library_limit(configured: int, fd_limit: int | None = None) -> int:
+    """How many libraries stay open at once: ``configured`` when > 0, else as many as the process's
+    file-descriptor limit leaves room for (at most ``DEFAULT_MAX_OPEN_LIBRARIES``, at least 8)."""
+    if configured > 0:
+        return configured
+    if fd_limit is None:
+        fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if fd_limit == resource.RLIM_INFINITY:
+        return DEFAULT_MAX_OPEN_LIBRARIES
+    return max(8, min(DEFAULT_MAX_OPEN_LIBRARIES, (fd_limit - FD_RESERVE) // FDS_PER_LIBRARY))
 
 
 def _policy_from(settings: Settings) -> SensitivityPolicy:

@@ -19,7 +19,7 @@ from ragspine_services._gen import retrieval_pb2_grpc, structured_pb2_grpc
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, TokenTableAuthenticator
 from ragspine_services.common.breaker import Admission, CircuitBreaker
 from ragspine_services.common.metrics import start_metrics_server
-from ragspine_services.common.server import RunningServer, start_server
+from ragspine_services.common.server import RunningServer, raise_open_file_limit, start_server
 from ragspine_services.common.tracing import configure_tracing, shutdown_tracing
 from ragspine_services.front.libraries import LibraryCatalog
 from ragspine_services.front.local_models import (
@@ -173,6 +173,12 @@ def start_front(
         tls_cert_file=settings.tls_cert_file,
         tls_key_file=settings.tls_key_file,
         max_message_bytes=servicer.limits.max_message_bytes,
+        large_calls_per_caller=settings.large_calls_per_caller,
+        max_workers=settings.max_running_calls,
+        max_queued=settings.max_queued_calls,
+        queue_wait_s=settings.queue_wait_s,
+        malloc_arena_max=settings.malloc_arena_max,
+        heap_trim_bytes=settings.heap_trim_bytes,
     )
     wanted = settings.http_port if http_port is None else http_port
     if wanted:
@@ -180,7 +186,13 @@ def start_front(
         from ragspine_services.front.http import build_app, start_http
 
         running.http = start_http(
-            build_app(servicer, authenticator, parts.structured),
+            build_app(
+                servicer,
+                authenticator,
+                parts.structured,
+                max_body_bytes=settings.http_max_body_bytes,
+                allowed_origins=tuple(settings.http_allowed_origins.split(",")),
+            ),
             host=settings.host if host is None else host,
             port=max(wanted, 0),
             tls_cert_file=settings.tls_cert_file,
@@ -200,6 +212,8 @@ def start_front(
 
 def serve_front(settings: Settings, *, in_process: bool | None = None) -> None:
     """Run the front tier until SIGTERM (``in_process=True`` is laptop mode: models in this process)."""
+    # Before any library opens: how many may stay open follows from the limit (``open_library_limit``).
+    raise_open_file_limit()
     start_metrics_server(settings.metrics_port, settings.metrics_bind_host)
     # Before the worker channel and the server exist: both are instrumented when they are created.
     configure_tracing(settings, "ragspine-front")

@@ -48,16 +48,18 @@ from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingB
 from ragspine.retrieval.visual import library_pages as visual
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
+from ragspine_services.common.admission import Lane
 from ragspine_services.common.auth import WRITE, current_caller
 from ragspine_services.common.deadline import answer_deadline, call_deadline
 from ragspine_services.common.errors import (
     BackendUnavailableError,
     NotFoundError,
     OverloadedError,
+    PermissionDeniedError,
     RequestTooLargeError,
 )
 from ragspine_services.common.model_info import runtime_message
-from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES
+from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES, open_file_limit
 from ragspine_services.front import convert
 from ragspine_services.front.filter_report import filter_report
 from ragspine_services.front.libraries import Library, LibraryCatalog, check_library_id
@@ -84,6 +86,12 @@ class FrontLimits:
     max_concurrent_ingests: int = 4
     max_stream_documents: int = 100_000
     max_stream_bytes: int = 2 * 1024**3
+    # Retrieve calls that ask for more than ``heavy_top_k`` snippets or send a query longer than
+    # ``heavy_query_chars`` run ``max_heavy_retrieves`` at a time (see ``common.admission.Lane``).
+    max_heavy_retrieves: int = 1
+    heavy_top_k: int = 100
+    heavy_query_chars: int = 1000
+    queue_wait_s: float = 1.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> FrontLimits:
@@ -92,6 +100,8 @@ class FrontLimits:
             max_concurrent_ingests=settings.max_concurrent_ingests,
             max_stream_documents=settings.max_stream_documents,
             max_stream_bytes=settings.max_stream_bytes,
+            max_heavy_retrieves=settings.max_heavy_retrieves,
+            queue_wait_s=settings.queue_wait_s,
         )
 
 
@@ -138,6 +148,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self._raptor_trees: dict[str, RaptorTreeCache] = {}
         self._raptor_lock = threading.Lock()
         self._ingest_slots = threading.BoundedSemaphore(self.limits.max_concurrent_ingests)
+        self._heavy = Lane(
+            "heavy retrieve", self.limits.max_heavy_retrieves, queue_wait_s=self.limits.queue_wait_s
+        )
 
     def _ingest_slot(self) -> None:
         if not self._ingest_slots.acquire(blocking=False):
@@ -204,8 +217,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
 
     def _ingest(self, library: Library, prepared: list[IngestDocument]) -> list[retrieval_pb2.DocumentResult]:
         # Each document replaces its previous version totally: chunks and pages in one transaction.
-        active = library.store.active_chunks_for_docs([d.meta.doc_id for d in prepared if d.text])
-        existed = {c.doc_id for c in active}
+        active = library.store.active_chunks_for_docs([d.meta.doc_id for d in prepared])
+        self._check_replaceable(library, active)
+        with_text = {d.meta.doc_id for d in prepared if d.text}
+        existed = {c.doc_id for c in active if c.doc_id in with_text}
         return [
             retrieval_pb2.DocumentResult(
                 doc_id=out.doc_id,
@@ -216,6 +231,23 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             )
             for out in ingest_documents(library, prepared, limits=self.limits.ingest)
         ]
+
+    @staticmethod
+    def _check_replaceable(library: Library, active: Iterable[Any]) -> None:
+        """Refuse, before anything is written, a batch that would replace (or, with an empty version,
+        withdraw) a RESTRICTED document the caller may not delete. Only an administrator may learn that
+        such a document exists, so the refusal names the id and the scope and nothing else (no title,
+        version, sensitivity or ``replaced`` flag); it is the same rule as DeleteDocument's."""
+        caller = current_caller()
+        if caller.is_admin(library.library_id):
+            return
+        taken = sorted({c.doc_id for c in active if is_restricted(c.sensitivity)})
+        if taken:
+            raise PermissionDeniedError(
+                f"doc_id {taken[0]!r} is taken by a document this caller may not replace: replacing it "
+                f"needs the 'admin' scope on library {library.library_id!r}; nothing in this batch was "
+                "written (use another doc_id, or ask an administrator)"
+            )
 
     def Ingest(
         self, request: retrieval_pb2.IngestRequest, context: grpc.ServicerContext
@@ -341,13 +373,26 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             for name in requested:
                 check_library_id(name)
                 caller.require(name)
+            self._check_open_room(len(requested))
             return [self.catalog.get(name) for name in requested]
         # A query reuses a recent listing of the libraries on disk (RAGSPINE_LIBRARY_LIST_POLL_S).
         listed = self.catalog.ids(max_age_s=self.catalog.settings.library_list_poll_s)
         allowed = [name for name in listed if caller.may_read(name)]
         if not allowed:
             raise NotFoundError("no library is available to this caller; ingest documents first")
+        self._check_open_room(len(allowed))
         return [self.catalog.get(name) for name in allowed]
+
+    def _check_open_room(self, count: int) -> None:
+        """One query holds every library it searches open; more than may stay open would run the process
+        out of file descriptors, so it is refused with what to do instead."""
+        limit = self.catalog.max_open
+        if count > limit:
+            raise RequestTooLargeError(
+                f"this query would search {count} libraries at once, but at most {limit} can be open "
+                f"(RAGSPINE_MAX_OPEN_LIBRARIES; the open-file limit is {open_file_limit()}): name the "
+                "libraries to search, use a library router, or raise the limits"
+            )
 
     def _mode(self, mode: int) -> str:
         """The pipeline's mode name for a wire ``RetrievalMode``."""
@@ -382,6 +427,22 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         top_k = request.top_k or DEFAULT_TOP_K
         if not 1 <= top_k <= self.limits.max_top_k:
             raise ValueError(f"top_k must be between 1 and {self.limits.max_top_k}, got {request.top_k}")
+        if top_k > self.limits.heavy_top_k or len(query) > self.limits.heavy_query_chars:
+            # A few heavy calls at a time: each holds the GIL for long stretches (health checks and the
+            # other calls would wait behind them).
+            with self._heavy.slot(context.time_remaining()):
+                return self._retrieve(request, context, started, deadline, top_k)
+        return self._retrieve(request, context, started, deadline, top_k)
+
+    def _retrieve(
+        self,
+        request: retrieval_pb2.RetrieveRequest,
+        context: grpc.ServicerContext,
+        started: float,
+        deadline: float | None,
+        top_k: int,
+    ) -> retrieval_pb2.RetrieveResponse:
+        query = request.query
         if request.rerank_top_n < 0:
             raise ValueError(f"rerank_top_n must be >= 0, got {request.rerank_top_n}")
         if request.HasField("min_relevance"):  # the caller's own threshold replaces the server's defaults
@@ -498,19 +559,18 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         out = []
         for name in self.catalog.ids():
             if caller.may_read(name):
-                library = self.catalog.get(name)
-                model, dim = library.embedding_space()
-                config = library.config()
+                # Read without opening the library when it is not open (no eviction, no index build).
+                summary = self.catalog.summary(name)
                 out.append(
                     retrieval_pb2.Library(
                         library_id=name,
                         # RESTRICTED chunks are never counted: the count would trace their volume.
-                        chunk_count=library.store.count(include_restricted=False),
-                        pending_vectors=library.pending_vectors(),
-                        embedding_model=model,
-                        embedding_dim=dim,
-                        chunker=config[CHUNKER],
-                        contextual=config[CONTEXTUAL],
+                        chunk_count=summary.chunk_count,
+                        pending_vectors=summary.pending_vectors,
+                        embedding_model=summary.embedding_model,
+                        embedding_dim=summary.embedding_dim,
+                        chunker=summary.chunker,
+                        contextual=summary.contextual,
                     )
                 )
         return retrieval_pb2.ListLibrariesResponse(libraries=out)
@@ -539,6 +599,11 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             models=self._models(),
             default_chunker=defaults[CHUNKER],
             default_contextual=defaults[CONTEXTUAL],
+            max_open_files=open_file_limit(),
+            max_open_libraries=self.catalog.max_open,
+            max_libraries=self.catalog.max_libraries,
+            open_libraries=self.catalog.open_count(),
+            http_max_body_bytes=self.catalog.settings.http_max_body_bytes,
             **self._vector_info(),
         )
 
@@ -571,9 +636,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         pending, model, dim = 0, "", 0
         for name in self.catalog.ids():
             if caller.may_read(name):
-                library = self.catalog.get(name)
-                pending += library.pending_vectors()
-                model, dim = library.embedding_space() if not model else (model, dim)
+                summary = self.catalog.summary(name)
+                pending += summary.pending_vectors
+                if not model:
+                    model, dim = summary.embedding_model, summary.embedding_dim
         backend = self.catalog.embedding_backend
         # An unreachable worker leaves what the libraries recorded: Info still answers.
         if backend is not None:

@@ -8,7 +8,7 @@ from ragspine.settings import Settings
 from ragspine_services._gen import model_worker_pb2_grpc
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, ServiceTokenAuthenticator
 from ragspine_services.common.metrics import start_metrics_server
-from ragspine_services.common.server import RunningServer, start_server
+from ragspine_services.common.server import RunningServer, raise_open_file_limit, start_server
 from ragspine_services.common.tracing import configure_tracing, shutdown_tracing
 from ragspine_services.worker.models import ModelFactories, ModelRegistry
 from ragspine_services.worker.servicer import ModelWorkerServicer, WorkerLimits
@@ -60,7 +60,7 @@ def start_worker(
         tls_cert_file=tls_cert_file,
         tls_key_file=tls_key_file,
         max_workers=slots,
-        max_concurrent_rpcs=slots,
+        max_queued=0,  # the batcher queues; a call beyond the slots is RESOURCE_EXHAUSTED at once
         extra_options=[
             ("grpc.max_connection_age_ms", WORKER_MAX_CONNECTION_AGE_MS),
             ("grpc.max_connection_age_grace_ms", WORKER_MAX_CONNECTION_AGE_GRACE_MS),
@@ -74,6 +74,7 @@ def start_worker(
 
 def serve_worker(settings: Settings, *, grace_s: float = 10.0) -> None:
     """Run the worker until SIGTERM, on ``settings.host:settings.worker_port``."""
+    raise_open_file_limit()
     start_metrics_server(settings.metrics_port, settings.metrics_bind_host)
     configure_tracing(settings, "ragspine-worker")
     running = start_worker(

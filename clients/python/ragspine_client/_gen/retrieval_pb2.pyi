@@ -1290,6 +1290,11 @@ class RetrievalServiceInfoResponse(_message.Message):
     MODELS_FIELD_NUMBER: _builtins.int
     DEFAULT_CHUNKER_FIELD_NUMBER: _builtins.int
     DEFAULT_CONTEXTUAL_FIELD_NUMBER: _builtins.int
+    MAX_OPEN_FILES_FIELD_NUMBER: _builtins.int
+    MAX_OPEN_LIBRARIES_FIELD_NUMBER: _builtins.int
+    MAX_LIBRARIES_FIELD_NUMBER: _builtins.int
+    OPEN_LIBRARIES_FIELD_NUMBER: _builtins.int
+    HTTP_MAX_BODY_BYTES_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """Package version."""
     max_message_bytes: _builtins.int
@@ -1336,6 +1341,16 @@ class RetrievalServiceInfoResponse(_message.Message):
     """Chunker a new library uses unless its first ingest names one (RAGSPINE_CHUNKER)."""
     default_contextual: _builtins.str
     """Contextual index text a new library uses unless its first ingest names one (RAGSPINE_CONTEXTUAL)."""
+    max_open_files: _builtins.int
+    """The process's open-file limit (raised to its hard limit at start)."""
+    max_open_libraries: _builtins.int
+    """Libraries kept open at once; the least recently used beyond it are closed (RAGSPINE_MAX_OPEN_LIBRARIES)."""
+    max_libraries: _builtins.int
+    """Libraries this front may hold; 0 = no limit (RAGSPINE_MAX_LIBRARIES)."""
+    open_libraries: _builtins.int
+    """Libraries open now."""
+    http_max_body_bytes: _builtins.int
+    """Largest HTTP request body in bytes (RAGSPINE_HTTP_MAX_BODY_BYTES)."""
     @_builtins.property
     def models(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ModelRuntime]:
         """The models answering this front's channels (in-process, or the worker's as it reports them)."""
@@ -1366,10 +1381,15 @@ class RetrievalServiceInfoResponse(_message.Message):
         models: _abc.Iterable[_common_pb2.ModelRuntime] | None = ...,
         default_chunker: _builtins.str = ...,
         default_contextual: _builtins.str = ...,
+        max_open_files: _builtins.int = ...,
+        max_open_libraries: _builtins.int = ...,
+        max_libraries: _builtins.int = ...,
+        open_libraries: _builtins.int = ...,
+        http_max_body_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_chunker", b"default_chunker", "default_contextual", b"default_contextual", "default_mode", b"default_mode", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "max_concurrent_ingests", b"max_concurrent_ingests", "max_document_pages", b"max_document_pages", "max_document_pixels", b"max_document_pixels", "max_document_text_chars", b"max_document_text_chars", "max_documents_per_request", b"max_documents_per_request", "max_message_bytes", b"max_message_bytes", "max_page_pixels", b"max_page_pixels", "max_query_chars", b"max_query_chars", "max_stream_bytes", b"max_stream_bytes", "max_stream_documents", b"max_stream_documents", "max_top_k", b"max_top_k", "models", b"models", "pending_vectors", b"pending_vectors", "remote_worker", b"remote_worker", "vector_drain_concurrency", b"vector_drain_concurrency", "vectors_stored", b"vectors_stored", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_chunker", b"default_chunker", "default_contextual", b"default_contextual", "default_mode", b"default_mode", "embedding_dim", b"embedding_dim", "embedding_model", b"embedding_model", "http_max_body_bytes", b"http_max_body_bytes", "max_concurrent_ingests", b"max_concurrent_ingests", "max_document_pages", b"max_document_pages", "max_document_pixels", b"max_document_pixels", "max_document_text_chars", b"max_document_text_chars", "max_documents_per_request", b"max_documents_per_request", "max_libraries", b"max_libraries", "max_message_bytes", b"max_message_bytes", "max_open_files", b"max_open_files", "max_open_libraries", b"max_open_libraries", "max_page_pixels", b"max_page_pixels", "max_query_chars", b"max_query_chars", "max_stream_bytes", b"max_stream_bytes", "max_stream_documents", b"max_stream_documents", "max_top_k", b"max_top_k", "models", b"models", "open_libraries", b"open_libraries", "pending_vectors", b"pending_vectors", "remote_worker", b"remote_worker", "vector_drain_concurrency", b"vector_drain_concurrency", "vectors_stored", b"vectors_stored", "version", b"version", "visual_model", b"visual_model"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

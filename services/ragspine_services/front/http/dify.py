@@ -36,6 +36,7 @@ ERROR_NO_KNOWLEDGE = 2001
 ERROR_BAD_REQUEST = 4000
 ERROR_INTERNAL = 5000
 
+INT32_MAX = 2**31 - 1  # RetrieveRequest.top_k is an int32: larger values are refused before the message
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][0-9:.+\-Z]*)?$")
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _DATE_OPS = {"before", "after"}
@@ -144,8 +145,9 @@ def retrieve_request(body: Any) -> retrieval_pb2.RetrieveRequest:
         top_k = int(top_k)
     if threshold is None:
         threshold = 0.0
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise _bad(f"retrieval_setting.top_k must be a non-negative integer, got {top_k!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= INT32_MAX:
+        shown = top_k if not isinstance(top_k, int) or abs(top_k) < 10**12 else f"{str(top_k)[:12]}..."
+        raise _bad(f"retrieval_setting.top_k must be an integer from 0 to {INT32_MAX}, got {shown!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
         raise _bad(f"retrieval_setting.score_threshold must be a number in 0-1, got {threshold!r}")
     request = retrieval_pb2.RetrieveRequest(query=query, libraries=[knowledge_id], top_k=top_k)
