@@ -28,12 +28,14 @@ __all__ = [
     "BeirDataset",
     "best_rate",
     "dataset_dir",
+    "free_port",
     "load_beir",
     "mean_ndcg",
     "peak_rss_bytes",
     "pin_single_thread",
     "release_free_heap",
     "rss_bytes",
+    "wait_serving",
 ]
 
 SHARED_DATA = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
@@ -113,3 +115,32 @@ def peak_rss_bytes() -> int:
     """Peak resident set size of this process in bytes."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that was free a moment ago."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_serving(address: str, service: str = "", timeout: float = 60.0) -> None:
+    """Block until the gRPC server at ``address`` reports SERVING for ``service`` ("" = the whole
+    server); ``RuntimeError`` after ``timeout`` seconds."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                status = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise RuntimeError(f"{address} did not report SERVING within {timeout} s")

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,7 @@ for _path in (REPO_ROOT, REPO_ROOT / "services"):
         sys.path.insert(0, str(_path))
 
 import grpc  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from _common import free_port, wait_serving  # noqa: E402
 
 from ragspine_services._gen import retrieval_pb2 as pb  # noqa: E402
 from ragspine_services._gen import retrieval_pb2_grpc  # noqa: E402
@@ -60,27 +59,6 @@ QUERIES = [
     "warranty claim process",
 ]
 LEGITIMATE = {("Ingest", "RESOURCE_EXHAUSTED")}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_serving(address: str, service: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            try:
-                status = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1).status
-                if status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise RuntimeError(f"{address} did not report SERVING within {timeout} s")
 
 
 def rss_mb(pid: int) -> float:

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-for _path in (REPO_ROOT, REPO_ROOT / "services"):
+for _path in (REPO_ROOT, REPO_ROOT / "services", REPO_ROOT / "bench"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
 import grpc  # noqa: E402
+from _common import free_port, wait_serving  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc  # noqa: E402
 
@@ -51,34 +52,12 @@ CLIENT_CORE = [*(["taskset", "-c", str(CORES[-1])] if len(CORES) > 1 else []), "
 FLOOD_WORDS = [f"w{i}" for i in range(3000)]  # bench/flood.py draws its queries from the same words
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def rss(pid: int) -> int:
     """Resident memory of ``pid`` in bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def wait_serving(address: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise RuntimeError(f"{address} did not report SERVING within {timeout} s")
 
 
 @contextmanager

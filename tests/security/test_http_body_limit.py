@@ -21,39 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.http.helpers import call, wait_http
+from tests.service.bench_helpers import soak_limits
 from tests.service.helpers import free_port, spawn
 
 MB = 1024 * 1024
 CHUNK = b"a" * MB
-
-
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-class Sampler:
-    """The highest resident memory of ``pid`` seen while the block runs (sampled every 5 ms)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak = _rss(pid)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.005):
-            self.peak = max(self.peak, _rss(self.pid))
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _send(port: int, head: str, parts: Iterator[bytes], *, chunked: bool) -> tuple[int, bytes]:
@@ -137,8 +109,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]
 def _growth(
     pid: int, port: int, head: str, parts: Iterator[bytes], *, chunked: bool
 ) -> tuple[int, int, bytes]:
-    before = _rss(pid)
-    with Sampler(pid) as sampler:
+    before = soak_limits().rss(pid)
+    with soak_limits().PeakSampler(pid) as sampler:
         status, answer = _send(port, head, parts, chunked=chunked)
     return status, sampler.peak - before, answer
 
