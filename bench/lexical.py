@@ -30,7 +30,7 @@ import bm25s  # noqa: E402  (benchmark-only peer)
 import numpy as np  # noqa: E402
 
 from ragspine.retrieval.lexical.inverted_index import InvertedIndex  # noqa: E402
-from ragspine.retrieval.lexical.tokenizer import tokenize  # noqa: E402
+from ragspine.retrieval.text.tokenizer import tokenize  # noqa: E402
 
 K1, B, TOP = 1.5, 0.75, 100
 # Process CPU time is the default: with one thread it equals wall time on an idle machine and stays

@@ -40,7 +40,7 @@ def _corpus_and_queries(n_chunks: int, n_queries: int, seed: int) -> tuple[list[
     """Deterministic resampled corpus (shared token lists) and a mixed en/zh query set."""
     import numpy as np
 
-    from ragspine.retrieval.lexical.tokenizer import tokenize
+    from ragspine.retrieval.text.tokenizer import tokenize
 
     english = load_beir(dataset_dir("scifact"))
     chinese = load_beir(dataset_dir("cmrc2018_dev"))

@@ -48,7 +48,7 @@ from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.corrective import CorrectiveRetriever
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
-from ragspine.retrieval.link.providers import DeterministicProvider, LLMProvider, OpenAICompatibleProvider
+from ragspine.retrieval.llm.providers import DeterministicProvider, LLMProvider, OpenAICompatibleProvider
 from ragspine.retrieval.postprocess import make_postprocessor
 from ragspine.retrieval.stage_report import run_base
 from ragspine.settings import Settings

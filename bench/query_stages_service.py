@@ -30,7 +30,7 @@ import grpc
 
 from ragspine.eval.beir import BeirDataset, load_beir
 from ragspine.eval.metrics import ndcg_at_k
-from ragspine.retrieval.link.providers import DeterministicProvider
+from ragspine.retrieval.llm.providers import DeterministicProvider
 from ragspine.settings import Settings
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services._gen import retrieval_pb2_grpc

@@ -58,8 +58,8 @@ from ragspine.eval.harness import ingest_dataset  # noqa: E402
 from ragspine.retrieval.assembly import assemble_index  # noqa: E402
 from ragspine.retrieval.chunking.chunk_store import ChunkStore  # noqa: E402
 from ragspine.retrieval.lexical.inverted_index import compiled_kernel_available  # noqa: E402
-from ragspine.retrieval.lexical.tokenizer import tokenize  # noqa: E402
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
+from ragspine.retrieval.text.tokenizer import tokenize  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 
 STAGES = ("bm25s", "bm25s_pool", "raw", "floor", "search", "retrieve", "snippets", "snippets_numpy")

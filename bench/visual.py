@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ragspine.retrieval.lexical.bm25 import rrf_fuse  # noqa: E402
-from ragspine.retrieval.lexical.tokenizer import tokenize  # noqa: E402
+from ragspine.retrieval.text.tokenizer import tokenize  # noqa: E402
 from ragspine.retrieval.visual.maxsim import maxsim_scores, pad_pages  # noqa: E402
 from ragspine.retrieval.visual.page_store import VisualPageStore  # noqa: E402
 

@@ -15,10 +15,15 @@ import time
 from datetime import date
 from typing import Any, Protocol
 
-from ragspine.agent.llm import DEFAULT_LLM_DEADLINE_S, LLMUnavailable, bounded_chat, record_llm_calls
-from ragspine.agent.prompts import TASK_DECOMPOSE, build_prompt, reply_lines, split_parts
 from ragspine.agent.security_gate import SecurityGate
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.calls import (
+    DEFAULT_LLM_DEADLINE_S,
+    LLMUnavailable,
+    bounded_chat,
+    record_llm_calls,
+)
+from ragspine.retrieval.llm.prompts import TASK_DECOMPOSE, build_prompt, reply_lines, split_parts
+from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.stage_report import StagedResult, StageReport, fuse_snippets, run_base
 from ragspine.settings import OFF, Settings, choice
 

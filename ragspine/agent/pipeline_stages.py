@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ragspine.agent.decompose import DECOMPOSE_CHOICES
-from ragspine.agent.llm import LLMUnavailable, bounded_chat, llm_deadline, record_llm_calls
 from ragspine.agent.query_transform import ADAPTIVE_CHOICES, QUERY_TRANSFORM_CHOICES
 from ragspine.agent.security_gate import SecurityGate
 from ragspine.agent.stack import build_query_stack
@@ -39,7 +38,8 @@ from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.corrective import CORRECTIVE_CHOICES
 from ragspine.retrieval.filtering.automatic import make_filter_extractor
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.calls import LLMUnavailable, bounded_chat, llm_deadline, record_llm_calls
+from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.pipeline.pipeline import RetrievalPipeline
 from ragspine.retrieval.pipeline.report import RetrieveReport
 from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters

@@ -20,8 +20,14 @@ from datetime import date
 from typing import Any, Protocol
 
 from ragspine.agent.decompose import HeuristicQueryDecomposer, LLMQueryDecomposer, QueryDecomposer
-from ragspine.agent.llm import DEFAULT_LLM_DEADLINE_S, LLMUnavailable, bounded_chat, record_llm_calls
-from ragspine.agent.prompts import (
+from ragspine.agent.security_gate import SecurityGate
+from ragspine.retrieval.llm.calls import (
+    DEFAULT_LLM_DEADLINE_S,
+    LLMUnavailable,
+    bounded_chat,
+    record_llm_calls,
+)
+from ragspine.retrieval.llm.prompts import (
     TASK_CLASSIFY,
     TASK_FUSION,
     TASK_HYDE,
@@ -30,8 +36,7 @@ from ragspine.agent.prompts import (
     heuristic_complexity,
     reply_lines,
 )
-from ragspine.agent.security_gate import SecurityGate
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.stage_report import StagedResult, StageReport, fuse_snippets, run_base
 from ragspine.settings import OFF, Settings, choice
 

@@ -7,7 +7,7 @@ off (the default) ``build_query_stack`` returns ``base`` itself: the default pat
 
 Any object with ``retrieve(query, *, filters=None, top_k=50) -> list[dict]`` can be the base — a
 ``NarrativeIndexRetriever``, or a whole retrieval pipeline behind a two-line adapter. A caller holding a
-deadline runs the stack inside ``ragspine.agent.llm.llm_deadline(seconds_left)`` (the pipeline's
+deadline runs the stack inside ``ragspine.retrieval.llm.calls.llm_deadline(seconds_left)`` (the pipeline's
 ``DeadlineScope`` shape) and reads ``retrieve_staged(...).reports`` (``StageReport.to_dict()``) for what
 each stage did: variants tried and refused, grades and actions, LLM calls, deadline hits, timings.
 """
@@ -17,11 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from ragspine.agent.decompose import DecomposingRetriever, make_decomposer
-from ragspine.agent.llm import DEFAULT_LLM_DEADLINE_S
 from ragspine.agent.query_transform import AdaptiveDecomposer, make_adaptive_decomposer, make_query_transform
 from ragspine.agent.security_gate import SecurityGate
 from ragspine.retrieval.corrective import make_corrective_retriever
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S
+from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.settings import OFF, Settings, choice
 
 

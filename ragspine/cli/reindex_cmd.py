@@ -27,7 +27,7 @@ def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ragspine.retrieval.qdrant.connection import IndexUnavailableError
-    from ragspine.retrieval.qdrant.reindex import reindex_library, reindex_pages
+    from ragspine.retrieval.reindex import reindex_library, reindex_pages
     from ragspine.settings import Settings
     from ragspine.stores.pg_libraries import library_schema
     from ragspine_services.common.errors import NotFoundError

@@ -23,7 +23,7 @@ from ragspine.common.company_profile import DomainProfile, load_company_profile
 from ragspine.common.glossary import Vocabulary
 from ragspine.common.sensitivity import RESTRICTED
 from ragspine.graph.store import GraphEdge
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.settings import OFF, Settings, choice
 
 RELATION_EXTRACTOR_ENV = "RAGSPINE_RELATION_EXTRACTOR"

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.settings import OFF, Settings, choice
 
 NARRATIVE_GRAPH_ENV = "RAGSPINE_NARRATIVE_GRAPH"

@@ -17,9 +17,8 @@ from ragspine.retrieval.contextual import document_weight, make_index_text_fn
 from ragspine.retrieval.index_backend import retriever_factory
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter, load_glossary
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
-from ragspine.retrieval.lexical.types import EmbeddingBackend, SparseEncoder
 from ragspine.retrieval.mode import RetrievalMode, make_retrieval_mode
-from ragspine.retrieval.rerank.base import Reranker
+from ragspine.retrieval.seams import EmbeddingBackend, Reranker, SparseEncoder
 from ragspine.settings import OFF, Settings, choice, is_off
 
 if TYPE_CHECKING:

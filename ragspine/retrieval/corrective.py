@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
-from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.stage_report import StagedResult, StageReport, run_base
+from ragspine.retrieval.text.tokenizer import tokenize
 from ragspine.settings import OFF, Settings, choice
 from ragspine.tracing import stage_span
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ragspine.common.registry import Registry
-from ragspine.retrieval.lexical.tokenizer import tokenize
+from ragspine.retrieval.text.tokenizer import tokenize
 from ragspine.settings import OFF, Settings, choice
 
 POSTPROCESSOR_ENV = "RAGSPINE_POSTPROCESSOR"

@@ -480,7 +480,7 @@ def test_pages_of_another_encoder_ask_for_a_reindex(client: Any) -> None:
 
 def test_reindex_publishes_the_store_and_withdraws_what_it_no_longer_has(tmp_path: Any) -> None:
     from ragspine.retrieval.index_backend import qdrant_config, shared_client
-    from ragspine.retrieval.qdrant.reindex import reindex_pages
+    from ragspine.retrieval.reindex import reindex_pages
 
     settings = Settings(
         index_backend="qdrant", qdrant_url=str(tmp_path / "q"), qdrant_collection_prefix="rp_"

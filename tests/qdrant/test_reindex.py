@@ -11,7 +11,7 @@ from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.index_backend import qdrant_config, shared_client
 from ragspine.retrieval.qdrant import QdrantConfig, QdrantRetriever
-from ragspine.retrieval.qdrant.reindex import reindex_library
+from ragspine.retrieval.reindex import reindex_library
 from ragspine.settings import Settings
 from tests.conformance.corpus import make_documents
 

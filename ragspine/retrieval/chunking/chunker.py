@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.domain_presets import BookChunker, LawsChunker, ParentChildChunker, QaChunker
@@ -21,6 +21,7 @@ from ragspine.retrieval.chunking.semantic_chunker import SemanticChunker
 from ragspine.retrieval.chunking.sentence_window_chunker import SentenceWindowChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+from ragspine.retrieval.seams import Chunker
 from ragspine.settings import OFF, choice
 
 __all__ = [
@@ -35,20 +36,6 @@ __all__ = [
 
 CHUNKER_ENV = "RAGSPINE_CHUNKER"
 CHUNKER_ENTRY_POINT_GROUP = "ragspine.chunkers"
-
-
-@runtime_checkable
-class Chunker(Protocol):
-    """Turns one document's text into chunks whose text is a contiguous substring of the source."""
-
-    def chunk(
-        self,
-        text: str,
-        meta: DocumentMeta,
-        *,
-        max_chars: int = DEFAULT_CHUNK_CHARS,
-        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
-    ) -> list[Chunk]: ...
 
 
 class DefaultChunker:

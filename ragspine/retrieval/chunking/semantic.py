@@ -22,7 +22,7 @@ from ragspine.retrieval.chunking.chunking import span_chunk, validate_chunk_args
 from ragspine.retrieval.chunking.spans import line_spans
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
-from ragspine.retrieval.lexical.types import EmbeddingBackend
+from ragspine.retrieval.seams import EmbeddingBackend
 
 _SENTENCE_END = re.compile(r"[。！？；.!?;]+[\"'”’」』）)\]]*")
 

@@ -12,7 +12,7 @@ from ragspine.retrieval.chunking.chunking import validate_chunk_args
 from ragspine.retrieval.chunking.semantic import SemanticChunker as _SemanticSplitter
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
-from ragspine.retrieval.lexical.types import EmbeddingBackend as _Embedder
+from ragspine.retrieval.seams import EmbeddingBackend as _Embedder
 
 __all__ = ["DEFAULT_BREAKPOINT_PERCENTILE", "SemanticChunker"]
 

@@ -8,9 +8,10 @@ leaves the candidate set as the caller's filters made it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter
+from ragspine.retrieval.seams import FilterExtractor
 from ragspine.settings import OFF, Settings, choice
 
 if TYPE_CHECKING:
@@ -59,13 +60,6 @@ def profile_vocab(profile: DomainProfile) -> dict[str, dict[str, list[str]]]:
 
 
 FILTER_EXTRACTOR_CHOICES: tuple[str, ...] = ("none", "controlled_vocab", "vocab", "llm")
-
-
-@runtime_checkable
-class FilterExtractor(Protocol):
-    """Reads metadata constraints out of a query; ``None`` when it finds none."""
-
-    def extract(self, query: str) -> MetadataFilter | None: ...
 
 
 def _is_ascii_word_char(ch: str) -> bool:
@@ -188,7 +182,7 @@ def make_filter_extractor(
         return ControlledVocabFilterExtractor(**kwargs)
     if name == "llm":
         from ragspine.retrieval.filtering.llm_extractor import LLMFilterExtractor
-        from ragspine.retrieval.link.providers import make_llm_provider
+        from ragspine.retrieval.llm.providers import make_llm_provider
 
         settings = settings or Settings.from_env()
         provider = kwargs.pop("provider", None) or make_llm_provider(settings=settings)

@@ -6,7 +6,7 @@ is kept only when the field is in the vocabulary and the value is one of its can
 forms (mapped to the canonical value), so the model can never invent a filter. The result narrows like
 ``ControlledVocabFilterExtractor``'s (one value → ``eq``, several → ``in``, fields ANDed).
 
-The call is bounded (``ragspine.agent.llm.bounded_chat``); a failed, late or garbage answer raises
+The call is bounded (``ragspine.retrieval.llm.calls.bounded_chat``); a failed, late or garbage answer raises
 ``LLMUnavailable`` (the caller answers without the extra filter, flagged); a usable answer that names
 nothing the vocabulary holds gives ``None``.
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ragspine.agent.llm import DEFAULT_LLM_DEADLINE_S, bounded_chat
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S, bounded_chat
+from ragspine.retrieval.llm.providers import LLMProvider
 
 FILTER_SYSTEM_PROMPT = (
     "You read search filters from questions. Answer only with 'field: value' lines taken from the list, "

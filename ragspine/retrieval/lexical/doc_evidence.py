@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.lexical.inverted_index import InvertedIndex
-from ragspine.retrieval.lexical.tokenizer import tokenize
+from ragspine.retrieval.text.tokenizer import tokenize
 
 __all__ = ["DocumentEvidence", "combine_scores"]
 

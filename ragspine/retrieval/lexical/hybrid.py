@@ -33,9 +33,10 @@ from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.lexical.doc_evidence import DocumentEvidence
 from ragspine.retrieval.lexical.impact_index import ImpactIndex
 from ragspine.retrieval.lexical.inverted_index import InvertedIndex
-from ragspine.retrieval.lexical.language import query_language, reads_language
-from ragspine.retrieval.lexical.tokenizer import tokenize
-from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
+from ragspine.retrieval.results import RetrievalResult
+from ragspine.retrieval.seams import EmbeddingBackend, QueryRewriter, SparseEncoder
+from ragspine.retrieval.text.language import query_language, reads_language
+from ragspine.retrieval.text.tokenizer import tokenize
 from ragspine.retrieval.vector.dense_rows import DenseRows
 from ragspine.retrieval.vector.store import VectorRecord, VectorStore
 

@@ -44,11 +44,11 @@ from ragspine.retrieval.indexing.codec import (
 )
 from ragspine.retrieval.indexing.ledger import DENSE, SPARSE, VectorLedger, model_id, supports_vectors
 from ragspine.retrieval.lexical.hybrid import HybridRetriever, IndexTextFn, validate_top_k
-from ragspine.retrieval.lexical.language import query_language, reads_language
-from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
-from ragspine.retrieval.rerank.base import Reranker
 from ragspine.retrieval.rerank.listwise_rerank import ListwiseJudge, listwise_rerank
 from ragspine.retrieval.rerank.pointwise import rerank_with
+from ragspine.retrieval.results import RetrievalResult
+from ragspine.retrieval.seams import EmbeddingBackend, QueryRewriter, Reranker, SparseEncoder
+from ragspine.retrieval.text.language import query_language, reads_language
 from ragspine.retrieval.vector.store import VectorStore
 
 if TYPE_CHECKING:

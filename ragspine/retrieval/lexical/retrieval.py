@@ -23,8 +23,9 @@ from ragspine.retrieval.lexical.bm25 import bm25_scores, rrf_fuse
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
 from ragspine.retrieval.lexical.hybrid import HybridRetriever, SearchReport
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex, RetrievalReport
-from ragspine.retrieval.lexical.tokenizer import tokenize
-from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult
+from ragspine.retrieval.results import RetrievalResult
+from ragspine.retrieval.seams import EmbeddingBackend, QueryRewriter
+from ragspine.retrieval.text.tokenizer import tokenize
 
 
 def cosine_similarity(a: Sequence[float], b: Sequence[float]) -> float:

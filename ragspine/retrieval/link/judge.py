@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.rerank.listwise_rerank import build_listwise_prompt, parse_listwise_response
 
 _SYSTEM_PROMPT = "You rank passages for a retrieval system. Answer with the ranking only."

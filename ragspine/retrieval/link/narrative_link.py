@@ -20,9 +20,8 @@ from ragspine.retrieval.expansion import ExpansionStore, normalize_expansion
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
-from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.link.judge import ProviderListwiseJudge
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.pipeline import (
     IndexLibrary,
     RetrievalPipeline,
@@ -33,7 +32,7 @@ from ragspine.retrieval.pipeline import (
 )
 from ragspine.retrieval.pipeline.request import split_filters
 from ragspine.retrieval.postprocess import make_postprocessor
-from ragspine.retrieval.rerank.base import Reranker
+from ragspine.retrieval.seams import EmbeddingBackend, Reranker
 from ragspine.retrieval.vector.store import VectorStore
 from ragspine.settings import Settings
 

@@ -17,7 +17,7 @@ from ragspine.retrieval.pipeline.report import RetrieveReport
 from ragspine.retrieval.pipeline.request import RetrieveRequest
 from ragspine.retrieval.pipeline.sources import LibrarySource
 from ragspine.retrieval.pipeline.stages import SnippetPostprocessor, Stage, default_stages, prepare_state
-from ragspine.retrieval.routing.router import LibraryRouter
+from ragspine.retrieval.seams import LibraryRouter
 from ragspine.tracing import stage_span, tracing_active
 
 # Given the seconds left before the request's deadline (None = none), a context within which remote

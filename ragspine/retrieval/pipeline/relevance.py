@@ -37,8 +37,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ragspine.retrieval.lexical.tokenizer import tokenize
 from ragspine.retrieval.pipeline.stages import PipelineState
+from ragspine.retrieval.text.tokenizer import tokenize
 
 DENSE_FLOOR = 0.2
 DENSE_SPAN = 0.6

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragspine.retrieval.constants import is_restricted
-from ragspine.retrieval.lexical.types import RetrievalResult
+from ragspine.retrieval.results import RetrievalResult
 
 
 def to_snippet(result: RetrievalResult, *, library_id: str | None = None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
 from ragspine.retrieval.pipeline.snippets import snippets_and_parents
 from ragspine.retrieval.pipeline.sources import LibrarySource, RetrieverLibrary
-from ragspine.retrieval.routing.router import LibraryRouter, RoutableLibrary
+from ragspine.retrieval.seams import LibraryRouter, RoutableLibrary
 from ragspine.retrieval.visual.fusion import fuse_text_and_visual
 from ragspine.retrieval.visual.library_pages import visual_snippets
 from ragspine.settings import is_off

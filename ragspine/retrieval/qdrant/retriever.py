@@ -47,9 +47,6 @@ from ragspine.retrieval.constants import (
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of, make_filter
 from ragspine.retrieval.lexical.bm25 import rrf_fuse, validate_bm25_params
 from ragspine.retrieval.lexical.hybrid import SearchReport, validate_query, validate_top_k
-from ragspine.retrieval.lexical.language import query_language, reads_language
-from ragspine.retrieval.lexical.tokenizer import tokenize
-from ragspine.retrieval.lexical.types import EmbeddingBackend, QueryRewriter, RetrievalResult, SparseEncoder
 from ragspine.retrieval.qdrant.bm25_vectors import document_weights, learned_weights, query_weights
 from ragspine.retrieval.qdrant.connection import (
     CollectionCalls,
@@ -57,6 +54,10 @@ from ragspine.retrieval.qdrant.connection import (
     call_lock,
 )
 from ragspine.retrieval.qdrant.filters import translate
+from ragspine.retrieval.results import RetrievalResult
+from ragspine.retrieval.seams import EmbeddingBackend, QueryRewriter, SparseEncoder
+from ragspine.retrieval.text.language import query_language, reads_language
+from ragspine.retrieval.text.tokenizer import tokenize
 
 log = logging.getLogger(__name__)
 

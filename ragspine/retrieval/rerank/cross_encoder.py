@@ -13,7 +13,7 @@ from ragspine.models.colbert import ColBERTReranker, maxsim
 from ragspine.models.cross_encoder import CrossEncoderReranker
 from ragspine.models.packaged import DEFAULT_COLBERT_ID, DEFAULT_CROSS_ENCODER_ID
 from ragspine.models.sparse import SpladeEncoder, SpladeReranker
-from ragspine.retrieval.rerank.base import Reranker
+from ragspine.retrieval.seams import Reranker
 from ragspine.settings import OFF, Settings, choice
 
 __all__ = [

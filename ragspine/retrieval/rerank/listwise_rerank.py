@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TypeVar
 
 from ragspine.retrieval.constants import DEFAULT_TOP_N, RESTRICTED_SENSITIVITY, is_restricted
+from ragspine.retrieval.seams import ListwiseJudge
 
 __all__ = [
     "RESTRICTED_SENSITIVITY",
@@ -40,14 +41,6 @@ _JSON_LIST = re.compile(r'\[\s*"?\d+"?(?:\s*,\s*"?\d+"?)+\s*\]')
 _BRACKET_ID = re.compile(r"\[(\d+)\]")
 _BARE_INT = re.compile(r"\d+")
 _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-
-
-@runtime_checkable
-class ListwiseJudge(Protocol):
-    """Orders passages for a query: 0-based indices into ``candidates``, best first (ideally a permutation
-    of ``range(len(candidates))``; repeats and out-of-range indices are ignored, missing ones appended)."""
-
-    def judge(self, query: str, candidates: list[str]) -> list[int]: ...
 
 
 def _one_line(text: str) -> str:

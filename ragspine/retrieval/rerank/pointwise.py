@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragspine.retrieval.constants import DEFAULT_TOP_N
-from ragspine.retrieval.lexical.types import RetrievalResult
-from ragspine.retrieval.rerank.base import Reranker
 from ragspine.retrieval.rerank.listwise_rerank import is_open_result
+from ragspine.retrieval.results import RetrievalResult
+from ragspine.retrieval.seams import Reranker
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 The prompt holds only the question and each library's id and description (never stored text). The reply
 is read for library ids, in order; an id the router was not offered is ignored. The call is bounded by
-the caller's deadline (``ragspine.agent.llm.bounded_chat``); a failed, late or unusable answer raises
-``LLMUnavailable``, which the pipeline's route stage answers by searching every library, flagged
+the caller's deadline (``ragspine.retrieval.llm.calls.bounded_chat``); a failed, late or unusable answer
+raises ``LLMUnavailable``, which the pipeline's route stage answers by searching every library, flagged
 ``degraded=["route"]``.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ragspine.agent.llm import DEFAULT_LLM_DEADLINE_S, LLMUnavailable, bounded_chat
-from ragspine.retrieval.link.providers import LLMProvider
+from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S, LLMUnavailable, bounded_chat
+from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.routing.router import RoutableLibrary
 
 ROUTE_SYSTEM_PROMPT = "You route questions to document libraries. Answer only with library ids, one a line."

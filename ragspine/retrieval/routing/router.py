@@ -8,29 +8,14 @@ is given; the caller falls back to all libraries when it fails or picks none.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from ragspine.retrieval.lexical.tokenizer import tokenize
+from ragspine.retrieval.seams import LibraryRouter, RoutableLibrary
+from ragspine.retrieval.text.tokenizer import tokenize
 from ragspine.settings import OFF, Settings, choice
 
 # The environment variable ``make_library_router(None)`` resolves through (``Settings.library_router``).
 LIBRARY_ROUTER_ENV = "RAGSPINE_LIBRARY_ROUTER"
-
-
-@dataclass(frozen=True)
-class RoutableLibrary:
-    """What a router sees of a library: its id and a human description of what it holds."""
-
-    library_id: str
-    description: str
-
-
-@runtime_checkable
-class LibraryRouter(Protocol):
-    """Returns the ids of the libraries to search, best first (a subset of ``libraries``)."""
-
-    def route(self, query: str, libraries: Sequence[RoutableLibrary]) -> list[str]: ...
 
 
 class KeywordLibraryRouter:

@@ -15,9 +15,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ragspine.retrieval.lexical.tokenizer import tokenize
-from ragspine.retrieval.lexical.types import EmbeddingBackend
-from ragspine.retrieval.link.providers import post_json
+from ragspine.retrieval.llm.providers import post_json
+from ragspine.retrieval.seams import EmbeddingBackend
+from ragspine.retrieval.text.tokenizer import tokenize
 from ragspine.settings import OFF, Settings, choice
 
 log = logging.getLogger(__name__)

@@ -37,9 +37,8 @@ from ragspine.retrieval.indexing.drainer import VectorDrainer
 from ragspine.retrieval.indexing.ledger import DENSE, SPARSE, supports_vectors
 from ragspine.retrieval.indexing.library_settings import LibrarySettingsStore
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
-from ragspine.retrieval.lexical.types import EmbeddingBackend
 from ragspine.retrieval.mode import make_retrieval_mode
-from ragspine.retrieval.rerank.base import Reranker
+from ragspine.retrieval.seams import EmbeddingBackend, Reranker
 from ragspine.retrieval.visual.page_store import PageStore, VisualPageStore
 from ragspine.settings import Settings
 from ragspine.stores.schema_names import library_schema

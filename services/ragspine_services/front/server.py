@@ -10,10 +10,9 @@ import grpc
 
 from ragspine.agent.pipeline_stages import QueryStageMenu
 from ragspine.retrieval.assembly import resolve_embedding, resolve_reranker, resolve_sparse
-from ragspine.retrieval.lexical.types import EmbeddingBackend
-from ragspine.retrieval.link.providers import make_llm_provider
+from ragspine.retrieval.llm.providers import make_llm_provider
 from ragspine.retrieval.mode import make_retrieval_mode
-from ragspine.retrieval.rerank.base import Reranker
+from ragspine.retrieval.seams import EmbeddingBackend, Reranker
 from ragspine.settings import Settings
 from ragspine_services._gen import retrieval_pb2_grpc, structured_pb2_grpc
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, TokenTableAuthenticator

@@ -1,0 +1,1 @@
+"""Text primitives every channel and stage shares: the CJK-aware tokenizer and query language detection."""
