@@ -4,6 +4,7 @@ restart, no server at all, deadlines, tokens, TLS, and the asyncio variant."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import shutil
 import subprocess
@@ -29,7 +30,9 @@ from ragspine_client import (
     RetryPolicy,
     ServerUnavailable,
     Unauthenticated,
+    _core,
 )
+from ragspine_client._gen import retrieval_pb2
 from ragspine_client.errors import DeadlineExceeded
 from ragspine_services.front.server import build_front_parts, start_front
 from tests.service.helpers import free_port
@@ -253,6 +256,49 @@ def test_async_client(make_front) -> None:
                 await nobody.info()
 
     asyncio.run(run())
+
+
+def test_async_client_streams_and_sends_prepared_requests(make_front) -> None:
+    front = make_front()
+
+    async def run() -> tuple[list[str], str]:
+        async with AsyncRetrievalClient(front.address, timeout_s=10) as client:
+            streamed = await client.ingest_stream("lib", iter(DOCS))
+            raw = await client.retrieve_raw(
+                retrieval_pb2.RetrieveRequest(query="battery", libraries=["lib"], top_k=1)
+            )
+            return [r.doc_id for r in streamed.results], raw.snippets[0].doc_id
+
+    assert asyncio.run(run()) == (["arm", "memo"], "arm")
+
+
+def _calls(cls: type) -> dict[str, inspect.Signature]:
+    members = {name: getattr(cls, name) for name in dir(cls) if not name.startswith("_") and name != "close"}
+    return {name: inspect.signature(member) for name, member in members.items() if callable(member)}
+
+
+def test_both_clients_offer_every_call_with_one_signature() -> None:
+    """Both clients are made from the same plans: the same calls, arguments, defaults and result types."""
+    plans = {plan.__name__ for plan in _core.PLANS}
+    sync, asyncio_ = _calls(RetrievalClient), _calls(AsyncRetrievalClient)
+    assert set(sync) == set(asyncio_) == plans
+    assert sync == asyncio_
+    assert all(inspect.iscoroutinefunction(getattr(AsyncRetrievalClient, name)) for name in plans)
+    assert not any(inspect.iscoroutinefunction(getattr(RetrievalClient, name)) for name in plans)
+    assert str(sync["retrieve"].return_annotation) == "RetrieveResult"
+    assert RetrievalClient.retrieve.__doc__ == AsyncRetrievalClient.retrieve.__doc__
+    assert RetrievalClient.retrieve.__doc__ and "Snippets answering" in RetrievalClient.retrieve.__doc__
+
+    # Reverse proof: a client that drops a call, or changes one argument's default, is told apart.
+    class Short(AsyncRetrievalClient):
+        ingest_stream = None  # type: ignore[assignment]
+
+    class Drifted(RetrievalClient):
+        def info(self, *, timeout_s: float | None = 5.0) -> object:  # type: ignore[override]
+            return None
+
+    assert set(_calls(Short)) != plans
+    assert _calls(Drifted)["info"] != sync["info"]
 
 
 def test_query_stage_options_and_min_relevance_reach_the_server(make_front) -> None:
