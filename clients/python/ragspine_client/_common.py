@@ -1,4 +1,5 @@
-"""What the sync and asyncio clients share: retry policy, channel options, credentials, request building."""
+"""The clients' plumbing: retry policy, channel options, credentials, metadata, filters and stream counting
+(the calls themselves are in ``ragspine_client._core``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import grpc
 
 from ragspine_client._gen import retrieval_pb2 as pb
 from ragspine_client._gen import structured_pb2 as spb
-from ragspine_client.types import Filter, QueryStages
+from ragspine_client.types import Filter
 
 MODES = {
     "default": pb.RETRIEVAL_MODE_UNSPECIFIED,
@@ -112,15 +113,6 @@ def structured_method(stub: Any, rpc: str, request: Any) -> Any:
     return getattr(stub, rpc)
 
 
-def metric_request(
-    library: str, metric: str, entity: str, period: str, *, channel: str = "", reference_date: str = ""
-) -> spb.QueryMetricRequest:
-    lookup = spb.MetricLookup(
-        metric=metric, entity=entity, period=period, channel=channel, reference_date=reference_date
-    )
-    return spb.QueryMetricRequest(library_id=library, lookup=lookup)
-
-
 def call_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
@@ -137,43 +129,6 @@ def as_filters(filters: Iterable[Filter | tuple[Any, ...]] | None) -> list[pb.Fi
                 f"a filter is a Filter(field, op, value) or a (field, op, value) tuple, got {item!r}"
             )
     return out
-
-
-def retrieve_request(
-    query: str,
-    *,
-    libraries: Sequence[str] = (),
-    filters: Iterable[Filter | tuple[Any, ...]] | None = None,
-    combine: str = "and",
-    mode: str = "default",
-    top_k: int = 0,
-    reranker: str = "",
-    rerank_top_n: int = 0,
-    min_relevance: float | None = None,
-    stages: QueryStages | None = None,
-) -> pb.RetrieveRequest:
-    if stages is not None and not isinstance(stages, QueryStages):
-        raise ValueError(f"stages must be a QueryStages, got {type(stages).__name__}")
-    if min_relevance is not None and not (
-        isinstance(min_relevance, int | float) and 0.0 <= min_relevance <= 1.0
-    ):
-        raise ValueError(f"min_relevance must be between 0 and 1, got {min_relevance!r}")
-    if combine.lower() not in ("and", "or"):
-        raise ValueError(f"combine must be 'and' or 'or', got {combine!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    return pb.RetrieveRequest(
-        query=query,
-        libraries=list(libraries),
-        filters=as_filters(filters),
-        combine=pb.FILTER_COMBINE_OR if combine.lower() == "or" else pb.FILTER_COMBINE_AND,
-        mode=MODES[mode],
-        top_k=top_k,
-        reranker=reranker,
-        rerank_top_n=rerank_top_n,
-        min_relevance=min_relevance,
-        **(stages.fields() if stages is not None else {}),
-    )
 
 
 class CountingIterator:

@@ -21,12 +21,12 @@ from typing import Any, ClassVar, Generic, TypeVar
 import grpc
 
 from ragspine_client._common import (
+    MODES,
     CountingIterator,
     RetryPolicy,
+    as_filters,
     call_metadata,
-    metric_request,
     open_channel,
-    retrieve_request,
     structured_method,
 )
 from ragspine_client._gen import retrieval_pb2 as pb
@@ -178,17 +178,27 @@ def retrieve(
     timeout_s: float | None = None,
 ) -> Call[RetrieveResult]:
     """Snippets answering ``query`` from ``libraries`` (default: all the token may read)."""
-    request = retrieve_request(
-        query,
-        libraries=libraries,
-        filters=filters,
-        combine=combine,
-        mode=mode,
+    if stages is not None and not isinstance(stages, QueryStages):
+        raise ValueError(f"stages must be a QueryStages, got {type(stages).__name__}")
+    if min_relevance is not None and not (
+        isinstance(min_relevance, int | float) and 0.0 <= min_relevance <= 1.0
+    ):
+        raise ValueError(f"min_relevance must be between 0 and 1, got {min_relevance!r}")
+    if combine.lower() not in ("and", "or"):
+        raise ValueError(f"combine must be 'and' or 'or', got {combine!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    request = pb.RetrieveRequest(
+        query=query,
+        libraries=list(libraries),
+        filters=as_filters(filters),
+        combine=pb.FILTER_COMBINE_OR if combine.lower() == "or" else pb.FILTER_COMBINE_AND,
+        mode=MODES[mode],
         top_k=top_k,
         reranker=reranker,
         rerank_top_n=rerank_top_n,
         min_relevance=min_relevance,
-        stages=stages,
+        **(stages.fields() if stages is not None else {}),
     )
     return Call(client._stub.Retrieve, request, RetrieveResult.from_proto, timeout_s)
 
@@ -304,7 +314,10 @@ def query_metric(
 ) -> Call[MetricResult]:
     """One stored figure ("found"), a refusal without a number ("not_found"), or the input outside the
     profile's vocabularies ("unrecognized_param")."""
-    request = metric_request(library, metric, entity, period, channel=channel, reference_date=reference_date)
+    lookup = spb.MetricLookup(
+        metric=metric, entity=entity, period=period, channel=channel, reference_date=reference_date
+    )
+    request = spb.QueryMetricRequest(library_id=library, lookup=lookup)
     return Call(client._structured.QueryMetric, request, MetricResult.from_proto, timeout_s)
 
 
