@@ -225,10 +225,11 @@ class NarrativeGraphPipeline:
 def make_narrative_graph(
     spec: str | None = None, *, provider: LLMProvider | None = None, **kwargs: Any
 ) -> NarrativeGraphPipeline | None:
-    """``None``/``"none"`` → None (``RAGSPINE_NARRATIVE_GRAPH`` when ``spec`` is None); ``"llm"`` → the LLM
+    """``None``/``"none"`` → None (``spec=None`` reads ``settings.narrative_graph``,
+    ``RAGSPINE_NARRATIVE_GRAPH``, of ``settings=`` in ``kwargs``; without settings, none); ``"llm"`` → the LLM
     pipeline (``provider`` required; ``max_entities``/``max_relations`` from kwargs)."""
     if spec is None:
-        spec = (kwargs.pop("settings", None) or Settings.from_env()).extra.get("narrative_graph", "")
+        spec = (kwargs.pop("settings", None) or Settings()).narrative_graph
     name = choice(spec)
     if name == OFF:
         return None

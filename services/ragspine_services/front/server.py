@@ -102,7 +102,7 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
             settings.worker_address,
             token=settings.worker_token,
             timeout_s=settings.worker_timeout_s,
-            tls_ca_file=settings.extra.get("worker_tls_ca_file", ""),
+            tls_ca_file=settings.worker_tls_ca_file,
             breaker=CircuitBreaker(
                 failure_threshold=settings.worker_breaker_failures, open_s=settings.worker_breaker_open_s
             ),

@@ -481,6 +481,6 @@ def build_structured_servicer(
 ) -> StructuredServicer:
     """The servicer with the deployment's profile (``RAGSPINE_COMPANY_CONFIG``, else the built-in one) and
     per-library fact stores."""
-    path = str(settings.extra.get("company_config", "")).strip()
+    path = settings.company_config.strip()
     profile = load_company_profile(path) if path else default_profile()
     return StructuredServicer(FactLibraries(settings, profile), catalog=catalog, lexical=lexical)
