@@ -101,10 +101,10 @@ def make_decomposer(
     spec: str | None = None, *, provider: LLMProvider | None = None, settings: Settings | None = None
 ) -> QueryDecomposer | None:
     """``none`` → None; ``heuristic`` → the splitter; ``llm`` → :class:`LLMQueryDecomposer` (needs
-    ``provider``). ``spec=None`` reads ``settings.query_decompose`` (``Settings.from_env()`` when no
+    ``provider``). ``spec=None`` reads ``settings.query_decompose`` (the default, none, when no
     ``settings`` are given). Raises ``ValueError`` listing the choices for an unknown name."""
     if spec is None:
-        spec = (settings or Settings.from_env()).query_decompose
+        spec = (settings or Settings()).query_decompose
     name = choice(spec).replace("-", "_")
     if name == OFF:
         return None

@@ -264,7 +264,7 @@ class AdaptiveDecomposer:
 
 def _spec(spec: str | None, settings: object, attribute: str) -> str:
     if spec is None:
-        resolved = settings if isinstance(settings, Settings) else Settings.from_env()
+        resolved = settings if isinstance(settings, Settings) else Settings()
         spec = getattr(resolved, attribute)
     return choice(spec).replace("-", "_")
 
@@ -278,7 +278,7 @@ def make_query_transform(
 ) -> NarrativeRetriever:
     """``base`` wrapped in the transform named by ``spec`` (``none`` → ``base`` itself, unchanged).
 
-    ``spec=None`` reads ``settings.query_transform`` (``settings=`` in ``kwargs``, else the environment).
+    ``spec=None`` reads ``settings.query_transform`` (``settings=`` in ``kwargs``, else the default: none).
     ``hyde`` / ``rag_fusion`` / ``step_back`` need ``provider``. Other ``kwargs``: ``security_gate``,
     ``budget_s`` and (RAG-Fusion) ``max_variants``. Raises ``ValueError`` listing the choices for an
     unknown name, and when a transform is named without a provider.
@@ -310,7 +310,7 @@ def make_adaptive_decomposer(
     """The Adaptive-RAG router named by ``spec``: ``none`` → None; ``heuristic`` (also ``on``/``true``/
     ``1``) → the deterministic classifier; ``llm`` → the model classifier (needs ``provider``). With a
     provider the multi-part route decomposes with the model, else with the heuristic splitter.
-    ``spec=None`` reads ``settings.adaptive`` (``settings=`` in ``kwargs``, else the environment)."""
+    ``spec=None`` reads ``settings.adaptive`` (``settings=`` in ``kwargs``, else the default: none)."""
     name = _spec(spec, kwargs.pop("settings", None), "adaptive")
     if name in ("on", "true", "1", "yes"):
         name = "heuristic"

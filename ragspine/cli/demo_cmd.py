@@ -81,17 +81,16 @@ class _Libraries:
         return self._front.ListLibraries(retrieval_pb2.ListLibrariesRequest()).libraries
 
 
-def run_laptop_demo(data_dir: Path, *, top_k: int) -> int:
+def run_laptop_demo(data_dir: Path, *, top_k: int, settings: Any) -> int:
     """Serve laptop mode on a free loopback port, ingest and query over gRPC; returns restricted-hits seen."""
     from dataclasses import replace
 
     from ragspine.cli.ingest_cmd import wait_for_vectors
-    from ragspine.settings import Settings
     from ragspine_services._gen import retrieval_pb2
     from ragspine_services.client import RemoteFront
     from ragspine_services.front.server import build_front_parts, start_front
 
-    settings = replace(Settings.from_env(), data_dir=str(data_dir))
+    settings = replace(settings, data_dir=str(data_dir))
     print(f"starting laptop mode: SQLite under {data_dir}, retrieval mode {settings.retrieval_mode}, CPU")
     parts = build_front_parts(settings, in_process=True)
     running = start_front(settings, parts, host="127.0.0.1", port=0)
@@ -135,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env(data_dir=args.data_dir)
     data_dir = Path(settings.data_dir) / "demo"
     data_dir.mkdir(parents=True, exist_ok=True)
-    if run_laptop_demo(data_dir, top_k=args.top_k):
+    if run_laptop_demo(data_dir, top_k=args.top_k, settings=settings):
         return 1
     if args.no_eval:
         return 0
@@ -147,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_eval(eval_dir: Path, settings: Any) -> int:
+    from dataclasses import replace
+
     from ragspine.eval.harness import run_eval
     from ragspine.retrieval.assembly import assemble_index
     from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
@@ -155,7 +156,7 @@ def _run_eval(eval_dir: Path, settings: Any) -> int:
 
     print(f"\nevaluating on {eval_dir} (BM25, then the configured mode) ...")
     for mode in dict.fromkeys(["bm25", settings.retrieval_mode]):
-        mode_settings = Settings.from_env(retrieval_mode=mode)
+        mode_settings = replace(settings, retrieval_mode=mode)
 
         def make_index(store: VersionedChunkStore, ms: Settings = mode_settings) -> NarrativeIndex:
             return assemble_index(store, ms, max_chars=1_000_000)

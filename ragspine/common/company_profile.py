@@ -36,7 +36,6 @@ Unknown keys are refused with a ``ValueError`` naming them, so a typo never sile
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -263,10 +262,14 @@ def profile_from_mapping(data: dict[str, Any], *, source: str = "profile") -> Do
 
 
 def load_company_profile(path: str | Path | None = None) -> DomainProfile:
-    """The profile in ``path`` (TOML); with no path, the file named by ``RAGSPINE_COMPANY_CONFIG``, else the
-    built-in default. Raises ``ValueError`` for a missing or malformed file (the message names the key)."""
+    """The profile in ``path`` (TOML); with no path, the file named by ``RAGSPINE_COMPANY_CONFIG`` (the spec's
+    environment default, read through ``ragspine.settings.spec_env_default``), else the built-in default.
+    Raises ``ValueError`` for a missing or malformed file (the message names the key)."""
     if path is None:
-        path = os.environ.get(COMPANY_CONFIG_ENV, "").strip() or None
+        from ragspine.settings import spec_env_default
+
+        configured = spec_env_default("ragspine.common.company_profile.load_company_profile").company_config
+        path = configured.strip() or None
     if path is None:
         return default_profile()
     file = Path(path)
@@ -282,12 +285,10 @@ def load_company_profile(path: str | Path | None = None) -> DomainProfile:
 
 
 def profile_for(company_config: str | None = None) -> DomainProfile:
-    """The profile a component should use: the TOML file ``company_config`` names, the built-in default
-    when it is empty, and, when it is ``None``, whatever ``Settings.company_config``
-    (``RAGSPINE_COMPANY_CONFIG``) names. Raises ``ValueError`` like ``load_company_profile``."""
+    """The profile a component should use: the TOML file ``company_config`` (``Settings.company_config``)
+    names, the built-in default when it is empty, and, when it is ``None`` (no settings given), what
+    ``load_company_profile()`` gives. Raises ``ValueError`` like ``load_company_profile``."""
     if company_config is None:
-        from ragspine.settings import Settings
-
-        company_config = Settings.from_env().company_config
+        return load_company_profile()
     path = company_config.strip()
     return load_company_profile(path) if path else default_profile()

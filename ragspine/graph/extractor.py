@@ -213,11 +213,12 @@ def make_relation_extractor(
     profile: DomainProfile | None = None,
     **kwargs: Any,
 ) -> RelationExtractor | None:
-    """``None``/``"none"`` → None (default; ``RAGSPINE_RELATION_EXTRACTOR`` when ``spec`` is None),
+    """``None``/``"none"`` → None (default; ``spec=None`` reads ``settings.relation_extractor``,
+    ``RAGSPINE_RELATION_EXTRACTOR``, of ``settings=`` in ``kwargs``),
     ``"cooccurrence"``/``"deterministic"`` → :class:`DeterministicRelationExtractor`, ``"llm"`` →
     :class:`LLMRelationExtractor` (``provider`` required). ``ValueError`` otherwise."""
     if spec is None:
-        spec = (kwargs.pop("settings", None) or Settings.from_env()).relation_extractor
+        spec = (kwargs.pop("settings", None) or Settings()).relation_extractor
     name = choice(spec).replace("-", "_")
     if name == OFF:
         return None

@@ -160,11 +160,12 @@ GRAPH_STORE_CHOICES: tuple[str, ...] = ("none", "memory", "networkx")
 
 
 def make_graph_store(spec: str | None = None, **kwargs: Any) -> GraphStore | None:
-    """A graph store by name (default ``RAGSPINE_GRAPH_STORE`` via ``Settings``): ``""``/``"none"`` →
+    """A graph store by name (``spec=None`` reads ``settings.graph_store``, ``RAGSPINE_GRAPH_STORE``, of
+    ``settings=`` in ``kwargs``; without settings, none): ``""``/``"none"`` →
     None, ``"memory"``/``"in_process"`` → :class:`InProcessGraphStore`, ``"networkx"`` → the networkx
     adapter ([graph] extra), or an entry point in ``ragspine.graph_stores``. ``ValueError`` otherwise."""
     if spec is None:
-        spec = (kwargs.pop("settings", None) or Settings.from_env()).graph_store
+        spec = (kwargs.pop("settings", None) or Settings()).graph_store
     name = choice(spec).replace("-", "_")
     if name == OFF:
         return None

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ragspine.common.company_profile import DomainProfile
+    from ragspine.settings import Settings
 
 IndexTextFn = Callable[[Any], str]
 
@@ -77,20 +78,20 @@ def contextual_index_text(chunk: Any, *, profile: DomainProfile | None = None) -
 
 
 def make_index_text_fn(
-    spec: str | None = None, *, profile: DomainProfile | None = None
+    spec: str | None = None, *, profile: DomainProfile | None = None, settings: Settings | None = None
 ) -> IndexTextFn | None:
     """The index-text function ``spec`` names (case-insensitive): ``"none"`` (also ``""``/``off``) →
     ``None`` (index ``chunk.text``, the default); ``"header"`` (also ``contextual``/``on``) and
     ``"document"`` → a function applying ``contextual_index_text`` with ``profile`` (entity labels;
     ``None`` shows codes only).
 
-    ``spec=None`` resolves through ``Settings.from_env().contextual`` (``RAGSPINE_CONTEXTUAL``). Raises
-    ``ValueError`` listing the choices for an unknown name.
+    ``spec=None`` resolves through ``settings.contextual`` (``RAGSPINE_CONTEXTUAL``), or without ``settings``
+    to the default, ``"none"``. Raises ``ValueError`` listing the choices for an unknown name.
     """
     if spec is None:
         from ragspine.settings import Settings
 
-        spec = Settings.from_env().contextual
+        spec = (settings or Settings()).contextual
     name = str(spec).strip().lower()
     if name in _OFF:
         return None

@@ -241,11 +241,11 @@ def make_corrective_retriever(
 ) -> NarrativeRetriever:
     """``base`` behind the corrective loop when ``spec`` is ``on`` (also ``true``/``1``/``crag``);
     ``none`` → ``base`` itself. ``spec=None`` reads ``settings.corrective`` (``settings=`` in ``kwargs``,
-    else the environment). Other ``kwargs`` go to :class:`CorrectiveRetriever`. Raises ``ValueError``
+    else the default: none). Other ``kwargs`` go to :class:`CorrectiveRetriever`. Raises ``ValueError``
     listing the choices for an unknown name."""
     settings = kwargs.pop("settings", None)
     if spec is None:
-        spec = (settings if isinstance(settings, Settings) else Settings.from_env()).corrective
+        spec = (settings if isinstance(settings, Settings) else Settings()).corrective
     name = choice(spec)
     if name in ("true", "1", "yes", "crag"):
         name = "on"

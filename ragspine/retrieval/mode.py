@@ -29,12 +29,12 @@ RETRIEVAL_MODE_CHOICES: tuple[str, ...] = tuple(RETRIEVAL_MODES)
 def make_retrieval_mode(spec: str | None = None, *, settings: Settings | None = None) -> RetrievalMode:
     """Resolve a mode name (case-insensitive, ``-`` read as ``_``).
 
-    ``spec=None`` resolves through ``settings.retrieval_mode``, or without ``settings`` through
-    ``Settings.from_env().retrieval_mode`` (``RAGSPINE_RETRIEVAL_MODE``, default ``"auto"``). Aliases keep
+    ``spec=None`` resolves through ``settings.retrieval_mode`` (``RAGSPINE_RETRIEVAL_MODE``), or without
+    ``settings`` to the default, ``"auto"``. Aliases keep
     their own name except ``bm25``/``lexical`` (→ ``economy``) and ``full`` (→ ``hybrid_sparse``). Raises
     ``ValueError`` listing the choices for an unknown name.
     """
     if spec is None:
-        spec = (settings or Settings.from_env()).retrieval_mode
+        spec = (settings or Settings()).retrieval_mode
     name, uses_embedding, uses_sparse = RETRIEVAL_MODES[retrieval_mode_key(spec)]
     return RetrievalMode(name, uses_embedding, uses_sparse)

@@ -195,14 +195,14 @@ _OPTIONS = {"mmr": ("lambda_", "top_n"), "lost_in_middle": (), "compression": ("
 def make_postprocessor(spec: str | None = None, **kwargs: object) -> NodePostprocessor | None:
     """The postprocessor (or chain, for a comma list) named by ``spec``; ``none``/blank → None.
 
-    ``spec=None`` reads ``settings.postprocessor`` (``settings=`` in ``kwargs``, else the environment,
-    ``RAGSPINE_POSTPROCESSOR``). Options go to the stages that take them: ``lambda_``/``top_n`` (mmr),
+    ``spec=None`` reads ``settings.postprocessor`` (``RAGSPINE_POSTPROCESSOR``) of ``settings=`` in
+    ``kwargs``, else the default: none. Options go to the stages that take them: ``lambda_``/``top_n`` (mmr),
     ``threshold``/``compressor`` (compression). Raises ``ValueError`` for an unknown name, a repeated
     stage, an option no selected stage takes, or a bad option value.
     """
     settings = kwargs.pop("settings", None)
     if spec is None:
-        spec = (settings if isinstance(settings, Settings) else Settings.from_env()).postprocessor
+        spec = (settings if isinstance(settings, Settings) else Settings()).postprocessor
     if not isinstance(spec, str):
         raise ValueError(f"postprocessor spec must be a string such as 'mmr,lost_in_middle', got {spec!r}")
     names = [choice(part) for part in spec.split(",")]

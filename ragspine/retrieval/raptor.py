@@ -480,15 +480,17 @@ class RaptorRetriever:
 def make_raptor_summarizer(
     spec: str | None = None, *, provider: LLMProvider | None = None, **kwargs: Any
 ) -> RaptorSummarizer | None:
-    """``None`` reads ``RAGSPINE_RAPTOR_SUMMARIZER``; ``""``/``"extractive"`` -> extractive (``max_chars``
+    """``None`` reads ``settings.raptor_summarizer`` (``RAGSPINE_RAPTOR_SUMMARIZER``) of ``settings=`` in
+    ``kwargs`` (without settings, the default); ``""``/``"extractive"`` -> extractive (``max_chars``
     from kwargs), ``"llm"`` -> ``LLMRaptorSummarizer(provider)``, ``"none"`` -> None.
 
     Raises ``ValueError`` for an unknown name or ``"llm"`` without a provider.
     """
+    settings = kwargs.pop("settings", None)
     if spec is None:
         from ragspine.settings import Settings
 
-        spec = Settings.from_env().raptor_summarizer
+        spec = (settings if isinstance(settings, Settings) else Settings()).raptor_summarizer
     if str(spec).strip() and is_off(spec):
         return None
     name = str(spec).strip().lower()
@@ -511,16 +513,18 @@ def make_raptor_retriever(
 ) -> NarrativeRetriever:
     """Wrap ``base`` in a ``RaptorRetriever``, or return ``base`` itself when RAPTOR is off.
 
-    ``spec`` (``None`` reads ``RAGSPINE_RAPTOR``): ``""``/``"none"``/``"off"`` -> ``base`` unchanged;
+    ``spec`` (``None`` reads ``settings.raptor``, ``RAGSPINE_RAPTOR``, of ``settings=`` in ``kwargs``;
+    without settings, off): ``""``/``"none"``/``"off"`` -> ``base`` unchanged;
     ``"on"``/``"all"``/``"leaves"``/``"summaries"`` -> a ``RaptorRetriever`` with that granularity. The tree
     is ``tree`` or, given ``chunks=...``, built here (``embedder`` required for both; kwargs
     ``summarizer``, ``threshold``, ``max_levels``, ``min_cluster_size`` go to the build and
     ``summary_top_k`` to the retriever). Raises ``ValueError`` for an unknown spec or a missing tree/embedder.
     """
+    settings = kwargs.pop("settings", None)
     if spec is None:
         from ragspine.settings import Settings
 
-        spec = Settings.from_env().raptor
+        spec = (settings if isinstance(settings, Settings) else Settings()).raptor
     name = choice(spec)
     if name in (OFF, "false", "0"):
         return base

@@ -31,6 +31,7 @@ from ragspine.retrieval.chunking.layout_chunker import (
 from ragspine.retrieval.chunking.semantic_chunker import SemanticChunker
 from ragspine.retrieval.chunking.sentence_window_chunker import SentenceWindowChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.settings import Settings
 from tests.chunking.provenance import assert_provenance
 from tests.chunking.samples import (
     EN_BOOK,
@@ -302,8 +303,11 @@ def test_make_chunker_names_aliases_and_env(monkeypatch: pytest.MonkeyPatch) -> 
     assert isinstance(make_chunker("layout", embedding_backend=WordEmbedding()), LayoutAwareChunker)
     semantic = make_chunker("semantic", embedding_backend=WordEmbedding())
     assert isinstance(semantic, SemanticChunker) and isinstance(semantic.embedder, WordEmbedding)
+    # spec=None reads the settings given (RAGSPINE_CHUNKER through Settings.from_env), never the
+    # environment behind them.
+    assert isinstance(make_chunker(settings=Settings.from_env({CHUNKER_ENV: "qa"})), QaChunker)
     monkeypatch.setenv(CHUNKER_ENV, "qa")
-    assert isinstance(make_chunker(), QaChunker)
+    assert isinstance(make_chunker(), DefaultChunker)
     d = DefaultChunker()
     assert d.chunk(ZH_LAW, META) == chunk_document(ZH_LAW, META) == d(ZH_LAW, META)
 

@@ -1,7 +1,9 @@
 """Settings reach every factory as an argument, and "none" is decided in one place.
 
 - A factory given ``settings=`` never reads the environment (``Settings.from_env`` is trapped here; a
-  reverse proof shows the trap fires for a call that does read it).
+  reverse proof shows the trap fires for a call that does read it), nor does one given no settings at all:
+  it takes the defaults, whatever ``RAGSPINE_*`` says (the spec-documented environment defaults aside;
+  tests/layout/test_environment_reads.py scans the source for the same rule).
 - ``ragspine.settings.choice`` is the only code that compares a selector with "none": an ``ast`` scan of
   the tree finds no other comparison (reverse proof: the scan flags the pattern this replaced).
 - Front and worker read one description of the models (``Settings.model_specs``).
@@ -16,13 +18,29 @@ from typing import Any
 
 import pytest
 
+from ragspine.agent.decompose import make_decomposer
+from ragspine.agent.query_transform import make_adaptive_decomposer, make_query_transform
+from ragspine.common.company_profile import load_company_profile
+from ragspine.graph.extractor import make_relation_extractor
+from ragspine.graph.narrative import make_narrative_graph
+from ragspine.graph.store import make_graph_store
 from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
+from ragspine.retrieval.chunking.chunker import DefaultChunker
+from ragspine.retrieval.chunking.chunker import make_chunker as make_named_chunker
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.factory import make_chunker
+from ragspine.retrieval.contextual import make_index_text_fn
+from ragspine.retrieval.corrective import make_corrective_retriever
 from ragspine.retrieval.filtering.automatic import ControlledVocabFilterExtractor, make_filter_extractor
 from ragspine.retrieval.link.providers import DeterministicProvider, make_llm_provider
 from ragspine.retrieval.mode import make_retrieval_mode
+from ragspine.retrieval.postprocess import make_postprocessor
+from ragspine.retrieval.raptor import (
+    ExtractiveRaptorSummarizer,
+    make_raptor_retriever,
+    make_raptor_summarizer,
+)
 from ragspine.retrieval.rerank.cross_encoder import make_reranker
 from ragspine.retrieval.routing.router import KeywordLibraryRouter, make_library_router
 from ragspine.retrieval.vector.embedding_backends import (
@@ -32,7 +50,8 @@ from ragspine.retrieval.vector.embedding_backends import (
 )
 from ragspine.retrieval.vector.store import InProcessVectorStore, make_vector_store
 from ragspine.retrieval.visual.factory import make_visual_encoder
-from ragspine.settings import OFF, ModelSpecs, Settings, choice, is_off
+from ragspine.settings import OFF, ModelSpecs, Settings, choice, is_off, variable
+from ragspine.storage.fact_store import make_fact_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,10 +145,122 @@ def test_assemble_index_reads_no_environment(no_env: None) -> None:
 
 
 def test_reverse_proof_the_trap_catches_an_environment_read(no_env: None) -> None:
+    # The two spec-documented environment defaults do read it (through spec_env_default -> from_env).
     with pytest.raises(EnvironmentRead):
-        make_vector_store()
+        make_embedding_backend()
     with pytest.raises(EnvironmentRead):
-        make_retrieval_mode()
+        load_company_profile()
+
+
+class _Base:
+    def retrieve(self, query: str, *, filters: Any = None, top_k: int = 50) -> list[dict[str, Any]]:
+        return []
+
+
+# What every factory gives with neither a spec nor settings: the defaults of Settings().
+BASE = _Base()
+UNSET_FACTORIES: dict[str, tuple[Any, Any]] = {
+    "retrieval_mode": (lambda: make_retrieval_mode().name, "auto"),
+    "vector_store": (lambda: type(make_vector_store()), InProcessVectorStore),
+    "chunker": (lambda: make_chunker(), chunk_document),
+    "chunker (seam)": (lambda: type(make_named_chunker()), DefaultChunker),
+    "contextual": (lambda: make_index_text_fn(), None),
+    "reranker": (lambda: make_reranker(), None),
+    "library_router": (lambda: make_library_router(), None),
+    "filter_extractor": (lambda: make_filter_extractor(), None),
+    "llm_provider": (lambda: make_llm_provider(), None),
+    "visual_embedder": (lambda: make_visual_encoder(), None),
+    "postprocessor": (lambda: make_postprocessor(), None),
+    "corrective": (lambda: make_corrective_retriever(BASE), BASE),
+    "query_transform": (lambda: make_query_transform(BASE), BASE),
+    "adaptive": (lambda: make_adaptive_decomposer(), None),
+    "query_decompose": (lambda: make_decomposer(), None),
+    "raptor": (lambda: make_raptor_retriever(BASE), BASE),
+    "raptor_summarizer": (lambda: type(make_raptor_summarizer()), ExtractiveRaptorSummarizer),
+    "fact_store": (lambda: make_fact_store(), None),
+    "graph_store": (lambda: make_graph_store(), None),
+    "relation_extractor": (lambda: make_relation_extractor(), None),
+    "narrative_graph": (lambda: make_narrative_graph(), None),
+}
+# A value for each variable that would change what the factory gives, were it read.
+NON_DEFAULT = {
+    "retrieval_mode": "bm25",
+    "vector_store": "none",
+    "chunker": "layout",
+    "contextual": "header",
+    "reranker": "no_such_reranker",  # names, not models: nothing is loaded (or downloaded) to tell
+    "library_router": "keyword",
+    "filter_extractor": "vocab",
+    "llm_provider": "deterministic",
+    "visual_embedder": "no_such_family",
+    "postprocessor": "mmr",
+    "corrective": "on",
+    "query_transform": "hyde",
+    "adaptive": "heuristic",
+    "query_decompose": "heuristic",
+    "raptor": "on",
+    "raptor_summarizer": "none",
+    "fact_store": "sqlite:/nonexistent/facts.sqlite",
+    "graph_store": "memory",
+    "relation_extractor": "cooccurrence",
+    "narrative_graph": "llm",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNSET_FACTORIES))
+def test_a_factory_without_settings_takes_the_defaults_not_the_environment(
+    kind: str, monkeypatch: pytest.MonkeyPatch, no_env: None
+) -> None:
+    make, default = UNSET_FACTORIES[kind]
+    assert make() == default
+    field = kind.removesuffix(" (seam)")
+    monkeypatch.setenv(variable(field), NON_DEFAULT[field])
+    monkeypatch.setenv("RAGSPINE_RETRIVAL_MODE", "bm25")  # not even an unknown name is looked at
+    assert make() == default
+
+
+def test_reverse_proof_each_non_default_value_changes_what_the_factory_gives(tmp_path: Path) -> None:
+    """The values above do change each factory's answer when passed as settings, so the test before
+    would see them had a factory read them."""
+    changed = []
+    for kind, (_, default) in UNSET_FACTORIES.items():
+        field = kind.removesuffix(" (seam)")
+        value = NON_DEFAULT[field] if field != "fact_store" else f"sqlite:{tmp_path / 'f.sqlite'}"
+        s = Settings(**{field: value})
+        try:
+            got = _with_settings(kind, s)
+        except ValueError:  # an unknown name, or hyde / llm / raptor without their LLM or embedder
+            got = "refused"
+        if got != default:
+            changed.append(kind)
+    assert sorted(changed) == sorted(UNSET_FACTORIES)
+
+
+def _with_settings(kind: str, s: Settings) -> Any:
+    calls: dict[str, Any] = {
+        "retrieval_mode": lambda: make_retrieval_mode(settings=s).name,
+        "vector_store": lambda: type(make_vector_store(settings=s)),
+        "chunker": lambda: make_chunker(settings=s),
+        "chunker (seam)": lambda: type(make_named_chunker(settings=s)),
+        "contextual": lambda: make_index_text_fn(settings=s),
+        "reranker": lambda: make_reranker(settings=s),
+        "library_router": lambda: make_library_router(settings=s),
+        "filter_extractor": lambda: make_filter_extractor(settings=s),
+        "llm_provider": lambda: make_llm_provider(settings=s),
+        "visual_embedder": lambda: make_visual_encoder(settings=s),
+        "postprocessor": lambda: make_postprocessor(settings=s),
+        "corrective": lambda: make_corrective_retriever(BASE, settings=s),
+        "query_transform": lambda: make_query_transform(BASE, settings=s),
+        "adaptive": lambda: make_adaptive_decomposer(settings=s),
+        "query_decompose": lambda: make_decomposer(settings=s),
+        "raptor": lambda: make_raptor_retriever(BASE, settings=s),
+        "raptor_summarizer": lambda: type(make_raptor_summarizer(settings=s)),
+        "fact_store": lambda: make_fact_store(settings=s),
+        "graph_store": lambda: make_graph_store(settings=s),
+        "relation_extractor": lambda: make_relation_extractor(settings=s),
+        "narrative_graph": lambda: make_narrative_graph(settings=s),
+    }
+    return calls[kind]()
 
 
 def test_the_pgvector_dsn_comes_from_the_settings_not_the_environment(

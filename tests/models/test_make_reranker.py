@@ -14,6 +14,7 @@ from ragspine.retrieval.rerank.cross_encoder import (
     SpladeReranker,
     make_reranker,
 )
+from ragspine.settings import Settings
 
 
 @pytest.fixture(autouse=True)
@@ -46,15 +47,17 @@ def test_cross_encoder_from_kwargs(spec: str, tiny_cross_encoder: Path) -> None:
 
 
 @pytest.mark.slow
-def test_spec_and_model_from_the_environment(
+def test_spec_and_model_from_the_variables_through_settings(
     monkeypatch: pytest.MonkeyPatch, tiny_cross_encoder: Path
 ) -> None:
-    monkeypatch.setenv("RAGSPINE_RERANKER", "ce")
-    monkeypatch.setenv("RAGSPINE_RERANKER_MODEL", str(tiny_cross_encoder))
-    monkeypatch.setenv("RAGSPINE_DEVICE", "cpu")
-    reranker = make_reranker()
+    model = str(tiny_cross_encoder)
+    env = {"RAGSPINE_RERANKER": "ce", "RAGSPINE_RERANKER_MODEL": model, "RAGSPINE_DEVICE": "cpu"}
+    reranker = make_reranker(settings=Settings.from_env(env))
     assert isinstance(reranker, CrossEncoderReranker)
     assert reranker.model_name == str(tiny_cross_encoder) and reranker.device == "cpu"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert make_reranker() is None  # no settings: the default, whatever the environment says
 
 
 @pytest.mark.slow

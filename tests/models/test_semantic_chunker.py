@@ -10,6 +10,7 @@ from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.factory import make_chunker
 from ragspine.retrieval.chunking.semantic import SemanticChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, para_locator
+from ragspine.settings import Settings
 
 TOPICS = ("cat", "market", "light")
 
@@ -160,8 +161,10 @@ def test_make_chunker(monkeypatch: pytest.MonkeyPatch) -> None:
     backend = TopicEmbedding()
     chunker = make_chunker("semantic", embedding_backend=backend, breakpoint_percentile=50)
     assert isinstance(chunker, SemanticChunker) and chunker.embedding_backend is backend
+    chosen = Settings.from_env({"RAGSPINE_CHUNKER": "semantic"})
+    assert isinstance(make_chunker(settings=chosen, embedding_backend=backend), SemanticChunker)
     monkeypatch.setenv("RAGSPINE_CHUNKER", "semantic")
-    assert isinstance(make_chunker(embedding_backend=backend), SemanticChunker)
+    assert make_chunker(embedding_backend=backend) is chunk_document  # no settings: the default
     with pytest.raises(ValueError, match="default, semantic"):
         make_chunker("paragraphs")
 

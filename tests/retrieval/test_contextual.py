@@ -59,9 +59,10 @@ def test_factory_names_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     assert make_index_text_fn("header") is contextual_index_text
     fn = make_index_text_fn("Header", profile=default_profile())
     assert fn is not None and "ACME Hong Kong" in fn(CHUNK)
+    # spec=None reads the settings given (RAGSPINE_CONTEXTUAL reaches it through Settings.from_env), never
+    # the environment behind them: without settings it is the default, off.
+    assert make_index_text_fn(settings=Settings.from_env({CONTEXTUAL_ENV: "header"})) is contextual_index_text
     monkeypatch.setenv(CONTEXTUAL_ENV, "header")
-    assert make_index_text_fn() is contextual_index_text
-    monkeypatch.delenv(CONTEXTUAL_ENV)
     assert make_index_text_fn() is None
     with pytest.raises(ValueError, match="none, header"):
         make_index_text_fn("summary")

@@ -32,6 +32,7 @@ from ragspine.retrieval.raptor import (
     make_raptor_summarizer,
 )
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
+from ragspine.settings import Settings
 
 EMBED = DeterministicEmbeddingBackend(dim=128)
 
@@ -231,8 +232,11 @@ def test_make_raptor_retriever(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     )
     assert isinstance(built, RaptorRetriever) and built.granularity == "summaries"
     assert built.tree.summaries()
+    on = Settings.from_env({RAPTOR_ENV: "on"})
+    chosen = make_raptor_retriever(base, embedder=EMBED, tree=built.tree, settings=on)
+    assert isinstance(chosen, RaptorRetriever)
     monkeypatch.setenv(RAPTOR_ENV, "on")
-    assert isinstance(make_raptor_retriever(base, embedder=EMBED, tree=built.tree), RaptorRetriever)
+    assert make_raptor_retriever(base, embedder=EMBED, tree=built.tree) is base  # no settings: off
     with pytest.raises(ValueError, match="granularity"):
         make_raptor_retriever(base, "sideways", embedder=EMBED, tree=built.tree)
     with pytest.raises(ValueError, match="only apply"):

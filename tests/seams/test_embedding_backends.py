@@ -18,6 +18,7 @@ from ragspine.retrieval.vector.embedding_backends import (
     OpenAIEmbeddingBackend,
     make_embedding_backend,
 )
+from ragspine.settings import Settings
 from tests.seams.conftest import FakeOpenAIServer
 
 
@@ -328,12 +329,25 @@ class TestFactory:
             "text-embedding-3-small",
             3,
         )
-        monkeypatch.setenv("RAGSPINE_OPENAI_BASE_URL", "http://emb.local/v1")
-        monkeypatch.setenv("RAGSPINE_OPENAI_API_KEY", "k")
-        monkeypatch.setenv("RAGSPINE_OPENAI_EMBEDDING_MODEL", "bge")
-        backend = make_embedding_backend("openai")
+        env = {
+            "RAGSPINE_OPENAI_BASE_URL": "http://emb.local/v1",
+            "RAGSPINE_OPENAI_API_KEY": "k",
+            "RAGSPINE_OPENAI_EMBEDDING_MODEL": "bge",
+        }
+        backend = make_embedding_backend("openai", settings=Settings.from_env(env))
         assert isinstance(backend, OpenAIEmbeddingBackend)
         assert (backend.base_url, backend.api_key, backend.model) == ("http://emb.local/v1", "k", "bge")
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        # The spec's environment default: with neither spec nor settings, the environment picks the
+        # backend and, for openai, its options.
+        monkeypatch.setenv("RAGSPINE_EMBEDDING", "openai")
+        backend = make_embedding_backend()
+        assert isinstance(backend, OpenAIEmbeddingBackend)
+        assert (backend.base_url, backend.api_key, backend.model) == ("http://emb.local/v1", "k", "bge")
+        # A spec given without settings takes the defaults, not the environment.
+        with pytest.raises(ValueError, match="needs a base URL"):
+            make_embedding_backend("openai")
 
     def test_openai_without_base_url(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("RAGSPINE_OPENAI_BASE_URL", raising=False)

@@ -15,6 +15,7 @@ from ragspine.retrieval.filtering.automatic import (
     profile_vocab,
 )
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, all_of, make_filter
+from ragspine.settings import Settings
 
 VOCAB = {
     "entity": {"ACME_CN": ["acme china", "艾克美中国"], "ACME": ["acme", "艾克美"]},
@@ -138,9 +139,11 @@ class TestFactory:
         assert ex.extract("acme") is not None
         assert isinstance(make_filter_extractor("vocab"), ControlledVocabFilterExtractor)
 
-    def test_env_selects_the_extractor(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_the_variable_selects_it_through_settings(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        chosen = Settings.from_env({"RAGSPINE_FILTER_EXTRACTOR": "vocab"})
+        assert isinstance(make_filter_extractor(settings=chosen), ControlledVocabFilterExtractor)
         monkeypatch.setenv("RAGSPINE_FILTER_EXTRACTOR", "vocab")
-        assert isinstance(make_filter_extractor(), ControlledVocabFilterExtractor)
+        assert make_filter_extractor() is None  # no settings: the default, whatever the environment says
 
     def test_unknown_name_lists_choices(self) -> None:
         with pytest.raises(ValueError, match="none, controlled_vocab, vocab"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragspine.retrieval.mode import RetrievalMode, make_retrieval_mode
+from ragspine.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -31,11 +32,12 @@ def test_economy_presets_never_use_embeddings() -> None:
         assert make_retrieval_mode(spec).uses_embedding is False
 
 
-def test_spec_none_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RAGSPINE_RETRIEVAL_MODE", raising=False)
+def test_spec_none_reads_the_settings_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert make_retrieval_mode().name == "auto"
+    chosen = Settings.from_env({"RAGSPINE_RETRIEVAL_MODE": "bm25"})
+    assert make_retrieval_mode(settings=chosen) == RetrievalMode("economy", False)
     monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "bm25")
-    assert make_retrieval_mode() == RetrievalMode("economy", False)
+    assert make_retrieval_mode().name == "auto"  # no settings: the default, whatever the environment says
 
 
 def test_unknown_mode_lists_choices() -> None:

@@ -15,6 +15,7 @@ from ragspine.retrieval.link.providers import (
     make_llm_provider,
 )
 from ragspine.retrieval.rerank.listwise_rerank import build_listwise_prompt, listwise_rerank
+from ragspine.settings import Settings
 from tests.seams.conftest import FakeOpenAIServer
 from tests.seams.rerank_helpers import ids, ranked, result
 
@@ -186,12 +187,14 @@ class TestFactory:
         assert isinstance(provider, OpenAICompatibleProvider)
         assert (provider.base_url, provider.model, provider.timeout_s) == ("http://127.0.0.1:1/v1", "m", 5.0)
 
-    def test_openai_reads_settings(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setenv("RAGSPINE_LLM_BASE_URL", "http://llm.local/v1")
-        monkeypatch.setenv("RAGSPINE_LLM_API_KEY", "key")
-        monkeypatch.setenv("RAGSPINE_LLM_MODEL", "qwen3")
-        monkeypatch.setenv("RAGSPINE_HTTP_TIMEOUT_S", "7")
-        provider = make_llm_provider("openai")
+    def test_openai_reads_settings(self) -> None:
+        env = {
+            "RAGSPINE_LLM_BASE_URL": "http://llm.local/v1",
+            "RAGSPINE_LLM_API_KEY": "key",
+            "RAGSPINE_LLM_MODEL": "qwen3",
+            "RAGSPINE_HTTP_TIMEOUT_S": "7",
+        }
+        provider = make_llm_provider("openai", settings=Settings.from_env(env))
         assert isinstance(provider, OpenAICompatibleProvider)
         assert (provider.base_url, provider.api_key, provider.model, provider.timeout_s) == (
             "http://llm.local/v1",
@@ -200,14 +203,16 @@ class TestFactory:
             7.0,
         )
 
-    def test_spec_none_follows_the_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.delenv("RAGSPINE_LLM_PROVIDER", raising=False)
-        monkeypatch.delenv("RAGSPINE_LLM_BASE_URL", raising=False)
-        assert make_llm_provider() is None
+    def test_spec_none_follows_the_settings_not_the_env(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        assert make_llm_provider(settings=Settings()) is None
+        with_url = Settings(llm_base_url="http://llm.local/v1")
+        assert isinstance(make_llm_provider(settings=with_url), OpenAICompatibleProvider)
+        env = {"RAGSPINE_LLM_PROVIDER": "deterministic", "RAGSPINE_LLM_BASE_URL": "http://x/v1"}
+        chosen = Settings.from_env(env)
+        assert isinstance(make_llm_provider(settings=chosen), DeterministicProvider)
         monkeypatch.setenv("RAGSPINE_LLM_BASE_URL", "http://llm.local/v1")
-        assert isinstance(make_llm_provider(), OpenAICompatibleProvider)
         monkeypatch.setenv("RAGSPINE_LLM_PROVIDER", "deterministic")
-        assert isinstance(make_llm_provider(), DeterministicProvider)
+        assert make_llm_provider() is None  # no settings: the defaults, whatever the environment says
 
     def test_openai_without_base_url(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("RAGSPINE_LLM_BASE_URL", raising=False)

@@ -12,6 +12,7 @@ from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.routing.multi_index import LIBRARY_ID_KEY, LibraryIndex, MultiIndexRetriever
 from ragspine.retrieval.routing.router import LIBRARY_ROUTER_ENV, KeywordLibraryRouter, make_library_router
+from ragspine.settings import Settings
 
 
 def _library(tmp_path: Path, library_id: str, text: str) -> LibraryIndex:
@@ -32,10 +33,12 @@ def test_fused_snippets_carry_their_library_under_the_published_key(tmp_path: Pa
 
 def test_router_env_names_the_variable_the_factory_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     assert LIBRARY_ROUTER_ENV == "RAGSPINE_LIBRARY_ROUTER"
-    monkeypatch.setenv(LIBRARY_ROUTER_ENV, "keyword")
-    assert isinstance(make_library_router(), KeywordLibraryRouter)
-    monkeypatch.setenv(LIBRARY_ROUTER_ENV, "none")
-    assert make_library_router() is None
-    monkeypatch.setenv(LIBRARY_ROUTER_ENV, "bogus")
+    def routed(value: str) -> object:
+        return make_library_router(settings=Settings.from_env({LIBRARY_ROUTER_ENV: value}))
+
+    assert isinstance(routed("keyword"), KeywordLibraryRouter)
+    assert routed("none") is None
     with pytest.raises(ValueError, match="keyword"):
-        make_library_router()
+        routed("bogus")
+    monkeypatch.setenv(LIBRARY_ROUTER_ENV, "keyword")
+    assert make_library_router() is None  # no settings: the default, whatever the environment says

@@ -16,6 +16,7 @@ from ragspine.retrieval.vector.store import (
     VectorStore,
     make_vector_store,
 )
+from ragspine.settings import Settings
 
 
 def store_with(*records: tuple[str, list[float], dict[str, object]]) -> InProcessVectorStore:
@@ -154,10 +155,10 @@ class TestFactory:
 
     def test_none_and_env_default(self, monkeypatch: pytest.MonkeyPatch) -> None:
         assert make_vector_store("none") is None
-        monkeypatch.delenv("RAGSPINE_VECTOR_STORE", raising=False)
         assert isinstance(make_vector_store(), InProcessVectorStore)
+        assert make_vector_store(settings=Settings.from_env({"RAGSPINE_VECTOR_STORE": "none"})) is None
         monkeypatch.setenv("RAGSPINE_VECTOR_STORE", "none")
-        assert make_vector_store() is None
+        assert isinstance(make_vector_store(), InProcessVectorStore)  # no settings: the default
 
     def test_unknown_lists_choices(self) -> None:
         with pytest.raises(ValueError, match="memory, inprocess, pgvector, postgres, none"):
@@ -182,9 +183,12 @@ class TestFactory:
 
         fake.PgVectorStore = pg_vector_store  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, "ragspine.stores.pg_vector_store", fake)
-        monkeypatch.setenv("RAGSPINE_STORE_DSN", "postgresql://u@h/db")
-        assert make_vector_store("Postgres", table="t") == "pg"
+        settings = Settings.from_env({"RAGSPINE_STORE_DSN": "postgresql://u@h/db"})
+        assert make_vector_store("Postgres", settings=settings, table="t") == "pg"
         assert made == [("postgresql://u@h/db", {"table": "t"})]
+        monkeypatch.setenv("RAGSPINE_STORE_DSN", "postgresql://u@h/db")
+        with pytest.raises(ValueError, match="needs a DSN"):  # no settings: no DSN, whatever the environment
+            make_vector_store("Postgres", table="t")
 
     def test_pgvector_without_the_extra_names_it(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "ragspine.stores.pg_vector_store", None)

@@ -100,17 +100,19 @@ def chunker_names() -> tuple[str, ...]:
 
 
 def make_chunker(spec: str | None = None, **kwargs: Any) -> Chunker | None:
-    """The chunker named by ``spec`` (``None`` reads ``RAGSPINE_CHUNKER`` through ``Settings``).
+    """The chunker named by ``spec`` (``None`` reads ``settings.chunker``, ``RAGSPINE_CHUNKER``, of
+    ``settings=`` in ``kwargs``; without settings, the default).
 
     ``""`` / ``"none"`` -> ``None`` (the caller's default applies); a built-in or registered name -> an
     instance built with ``kwargs`` (e.g. ``window_size=2`` for ``sentence_window``, ``embedder=...`` for
     ``semantic``; ``embedding_backend`` is accepted by every chunker and used only by ``semantic``).
     Raises ``ValueError`` naming the choices for an unknown name or the offending option for a bad one.
     """
+    settings = kwargs.pop("settings", None)
     if spec is None:
         from ragspine.settings import Settings
 
-        spec = Settings.from_env().chunker
+        spec = (settings if isinstance(settings, Settings) else Settings()).chunker
     if not isinstance(spec, str):
         raise ValueError(f"chunker spec must be a string, got {type(spec).__name__}")
     name = choice(spec).replace("-", "_")

@@ -20,8 +20,8 @@ CHUNKER_CHOICES: tuple[str, ...] = CHUNKER_NAMES
 def make_chunker(spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any) -> ChunkerFn:
     """Return a callable ``chunker(text, meta, *, max_chars=480, overlap_chars=80) -> list[Chunk]``.
 
-    ``spec`` (case-insensitive; ``None`` reads ``settings.chunker``, or ``RAGSPINE_CHUNKER`` without
-    ``settings``): ``"default"`` (or empty) ->
+    ``spec`` (case-insensitive; ``None`` reads ``settings.chunker``, ``RAGSPINE_CHUNKER``; the default
+    without ``settings``): ``"default"`` (or empty) ->
     ``chunk_document``; ``"semantic"`` -> ``SemanticChunker`` over ``embedding_backend`` from ``kwargs``,
     else ``make_embedding_backend("auto")`` (other kwargs: ``max_chars``, ``breakpoint_percentile``).
     Raises ``ValueError`` listing the choices for an unknown spec, and ``ImportError`` naming the extra
@@ -31,7 +31,7 @@ def make_chunker(spec: str | None = None, *, settings: Settings | None = None, *
     is not callable itself.
     """
     if spec is None:
-        spec = (settings or Settings.from_env()).chunker
+        spec = (settings or Settings()).chunker
     name = choice(spec, default="default")
     if name == "default":
         # ``embedding_backend`` is offered to every chunker by the service; only semantic uses it.

@@ -75,7 +75,7 @@ class ControlledVocabFilterExtractor:
     "中国"). A field with one canonical hit gives ``eq``, with several gives ``in``; fields are ANDed.
 
     Without ``vocab`` the vocabulary is ``profile_vocab(profile)``: ``profile`` or, when ``None``, the
-    profile named by ``RAGSPINE_COMPANY_CONFIG`` (through ``Settings``), else the built-in default.
+    profile named by ``RAGSPINE_COMPANY_CONFIG`` (``load_company_profile()``), else the built-in default.
 
     Raises ``ValueError`` at construction for a malformed vocabulary or when both ``vocab`` and
     ``profile`` are given; ``extract`` never raises.
@@ -161,15 +161,15 @@ def make_filter_extractor(
 ) -> FilterExtractor | None:
     """Select a filter extractor by name (case-insensitive).
 
-    ``spec=None`` resolves through ``settings.filter_extractor``, or without ``settings`` through
-    ``Settings.from_env().filter_extractor`` (``RAGSPINE_FILTER_EXTRACTOR``). ``"none"`` (or blank,
+    ``spec=None`` resolves through ``settings.filter_extractor`` (``RAGSPINE_FILTER_EXTRACTOR``), or without
+    ``settings`` to the default. ``"none"`` (or blank,
     ``"off"``) → ``None`` (the default: no extraction); ``"controlled_vocab"``/``"vocab"`` →
     ``ControlledVocabFilterExtractor(**kwargs)`` (``vocab=`` or ``profile=``; neither: the profile);
     ``"llm"`` → ``LLMFilterExtractor`` (``provider=`` or the settings' ``RAGSPINE_LLM_*``; same vocabulary).
     Raises ``ValueError`` listing the choices for an unknown name.
     """
     if spec is None:
-        spec = (settings or Settings.from_env()).filter_extractor
+        spec = (settings or Settings()).filter_extractor
     name = choice(spec)
     if name == OFF:
         return None
@@ -184,16 +184,19 @@ def make_filter_extractor(
         from ragspine.retrieval.filtering.llm_extractor import LLMFilterExtractor
         from ragspine.retrieval.llm.providers import make_llm_provider
 
-        settings = settings or Settings.from_env()
+        # No settings: the profile's own default (load_company_profile), as for controlled_vocab.
+        profile_path = None if settings is None else settings.company_config
+        settings = settings or Settings()
         provider = kwargs.pop("provider", None) or make_llm_provider(settings=settings)
         if provider is None:
             raise ValueError(
-                "filter extractor 'llm' needs an LLM: pass provider= or set RAGSPINE_LLM_BASE_URL"
+                "filter extractor 'llm' needs an LLM: pass provider= or settings with llm_base_url "
+                "(RAGSPINE_LLM_BASE_URL)"
             )
         if "vocab" not in kwargs:
             from ragspine.common.company_profile import profile_for
 
-            profile = kwargs.pop("profile", None) or profile_for(settings.company_config)
+            profile = kwargs.pop("profile", None) or profile_for(profile_path)
             kwargs["vocab"] = profile_vocab(profile)
         kwargs.setdefault("budget_s", settings.llm_deadline_s)
         return LLMFilterExtractor(provider, **kwargs)

@@ -206,8 +206,8 @@ def make_llm_provider(
 ) -> LLMProvider | None:
     """Select an LLM provider by name (case-insensitive).
 
-    ``spec=None`` reads ``settings.llm_provider`` (``RAGSPINE_LLM_PROVIDER``; ``Settings.from_env()`` when
-    no ``settings`` are given) and otherwise means ``"openai"`` when ``llm_base_url`` is set, else
+    ``spec=None`` reads ``settings.llm_provider`` (``RAGSPINE_LLM_PROVIDER``; the defaults when no
+    ``settings`` are given) and otherwise means ``"openai"`` when ``llm_base_url`` is set, else
     ``"none"``. ``"none"`` (or blank, ``"off"``) → ``None``; ``"openai"`` / ``"openai_compatible"`` →
     ``OpenAICompatibleProvider`` with ``base_url``/``api_key``/``model``/ ``timeout_s`` from ``kwargs`` or
     the settings (``llm_base_url``, ``llm_api_key``, ``llm_model``, ``http_timeout_s``);
@@ -215,7 +215,7 @@ def make_llm_provider(
     unknown name, or when no base URL is known for the OpenAI client.
     """
     if spec is None:
-        settings = settings or Settings.from_env()
+        settings = settings or Settings()
         spec = settings.llm_provider or ("openai" if settings.llm_base_url else OFF)
     name = choice(spec).replace("-", "_")
     if name == OFF:
@@ -223,11 +223,12 @@ def make_llm_provider(
     if name == "deterministic":
         return DeterministicProvider()
     if name in ("openai", "openai_compatible"):
-        settings = settings or Settings.from_env()
+        settings = settings or Settings()
         base_url = kwargs.pop("base_url", None) or settings.llm_base_url
         if not base_url:
             raise ValueError(
-                "LLM provider 'openai' needs a base URL: pass base_url= or set RAGSPINE_LLM_BASE_URL"
+                "LLM provider 'openai' needs a base URL: pass base_url= or settings with llm_base_url "
+                "(RAGSPINE_LLM_BASE_URL)"
             )
         return OpenAICompatibleProvider(
             base_url,

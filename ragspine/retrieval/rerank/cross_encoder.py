@@ -36,8 +36,9 @@ RERANKER_CHOICES: tuple[str, ...] = ("none", "cross_encoder", "ce", "auto", "col
 def make_reranker(
     spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any
 ) -> Reranker | None:
-    """Build the reranker named by ``spec`` (case-insensitive); ``None`` reads ``settings.reranker`` (or
-    ``RAGSPINE_RERANKER`` when no ``settings`` are given; likewise for the defaults below).
+    """Build the reranker named by ``spec`` (case-insensitive); ``None`` reads ``settings.reranker``
+    (``RAGSPINE_RERANKER``; the defaults when no ``settings`` are given; the variables below likewise stand
+    for the fields of ``settings``).
 
     - ``"none"`` (or empty, ``"off"``) -> ``None``: no model rerank.
     - ``"cross_encoder"`` / ``"ce"`` -> ``CrossEncoderReranker``; the model is ``model_name_or_path`` from
@@ -52,7 +53,7 @@ def make_reranker(
     and ``ValueError`` naming the model when it cannot be loaded (except under ``"auto"``).
     """
     if spec is None:
-        settings = settings or Settings.from_env()
+        settings = settings or Settings()
         spec = settings.reranker
     name = choice(spec).replace("-", "_")
     if name == OFF:
@@ -61,13 +62,13 @@ def make_reranker(
         raise ValueError(f"unknown reranker {spec!r}; choose one of: {', '.join(RERANKER_CHOICES)}")
     options = dict(kwargs)
     if "device" not in options:
-        settings = settings or Settings.from_env()
+        settings = settings or Settings()
         options["device"] = settings.device or "auto"
     if name == "splade":
         return SpladeReranker(**options)
     model = options.pop("model_name_or_path", None)
     if model is None:
-        settings = settings or Settings.from_env()
+        settings = settings or Settings()
         model = settings.reranker_model or None
     if name == "colbert":
         return ColBERTReranker(model or DEFAULT_COLBERT_ID, **options)

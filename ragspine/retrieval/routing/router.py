@@ -46,12 +46,12 @@ def make_library_router(
 ) -> LibraryRouter | None:
     """"none" (or blank, "off") → None (search every library); "keyword" → ``KeywordLibraryRouter(**kwargs)``.
 
-    ``spec=None`` resolves through ``settings.library_router``, or without ``settings`` through
-    ``Settings.from_env().library_router`` (``RAGSPINE_LIBRARY_ROUTER``). Unknown names raise
+    ``spec=None`` resolves through ``settings.library_router`` (``RAGSPINE_LIBRARY_ROUTER``), or without
+    ``settings`` to the default, none. Unknown names raise
     ``ValueError`` listing the choices.
     """
     if spec is None:
-        spec = (settings or Settings.from_env()).library_router
+        spec = (settings or Settings()).library_router
     name = choice(spec)
     if name == OFF:
         return None

@@ -18,7 +18,7 @@ from typing import Any
 from ragspine.retrieval.llm.providers import post_json
 from ragspine.retrieval.seams import EmbeddingBackend
 from ragspine.retrieval.text.tokenizer import tokenize
-from ragspine.settings import OFF, Settings, choice
+from ragspine.settings import OFF, Settings, choice, spec_env_default
 
 log = logging.getLogger(__name__)
 
@@ -256,9 +256,10 @@ def make_embedding_backend(
 ) -> EmbeddingBackend | None:
     """Select an embedding backend by name (case-insensitive).
 
-    ``spec=None`` resolves through ``settings.embedding_spec``, or without ``settings`` through
-    ``Settings.from_env().embedding_spec`` (``RAGSPINE_EMBEDDING_BACKEND``, else ``RAGSPINE_EMBEDDING``,
-    default ``"auto"``). Options a backend needs from the settings come from ``settings`` when given.
+    ``spec=None`` resolves through ``settings.embedding_spec``, or without ``settings`` through the
+    environment, as the spec documents (``RAGSPINE_EMBEDDING_BACKEND``, else ``RAGSPINE_EMBEDDING``, default
+    ``"auto"``; ``ragspine.settings.spec_env_default``, which also gives that backend's OpenAI options).
+    Options a backend needs from the settings come from ``settings`` (without it, the defaults).
 
     - ``"none"`` (or blank, ``"off"``) → ``None`` (pure BM25 + RRF)
     - ``"deterministic"`` → ``DeterministicEmbeddingBackend(**kwargs)``
@@ -283,18 +284,22 @@ def make_embedding_backend(
     naming the extra when a model backend is asked for without it.
     """
     if spec is None:
-        spec = (settings or Settings.from_env()).embedding_spec
+        if settings is None:
+            # The spec's documented environment default (see ragspine.settings.SPEC_ENV_DEFAULTS).
+            settings = spec_env_default("ragspine.retrieval.vector.embedding_backends.make_embedding_backend")
+        spec = settings.embedding_spec
     name = choice(spec)
     if name == OFF:
         return None
     if name == "deterministic":
         return DeterministicEmbeddingBackend(**kwargs)
     if name == "openai":
-        settings = settings or Settings.from_env()
+        settings = settings or Settings()
         base_url = kwargs.pop("base_url", None) or settings.openai_base_url
         if not base_url:
             raise ValueError(
-                "embedding backend 'openai' needs a base URL: pass base_url= or set RAGSPINE_OPENAI_BASE_URL"
+                "embedding backend 'openai' needs a base URL: pass base_url= or settings with "
+                "openai_base_url (RAGSPINE_OPENAI_BASE_URL)"
             )
         return OpenAIEmbeddingBackend(
             base_url,

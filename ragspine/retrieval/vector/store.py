@@ -234,13 +234,13 @@ def make_vector_store(
 ) -> VectorStore | None:
     """Select a vector store by name (case-insensitive).
 
-    ``spec=None`` resolves through ``settings.vector_store``, or without ``settings`` through
-    ``Settings.from_env().vector_store`` (``RAGSPINE_VECTOR_STORE``, default ``"memory"``).
+    ``spec=None`` resolves through ``settings.vector_store`` (``RAGSPINE_VECTOR_STORE``), or without
+    ``settings`` to the default, ``"memory"``.
 
     - ``"memory"``/``"inprocess"`` (or blank) → ``InProcessVectorStore()`` (takes no options)
     - ``"pgvector"``/``"postgres"`` → ``ragspine.stores.pg_vector_store.PgVectorStore(dsn, **kwargs)``, with
-      ``dsn`` from ``kwargs``, else ``settings.store_dsn``, else (no ``settings`` given)
-      ``RAGSPINE_STORE_DSN``; imported only when asked for
+      ``dsn`` from ``kwargs``, else ``settings.store_dsn`` (``RAGSPINE_STORE_DSN``); imported only when
+      asked for
     - ``"none"`` (or ``"off"``) → ``None``
 
     Raises ``ValueError`` listing the choices for an unknown name, for options the in-process store does
@@ -248,7 +248,7 @@ def make_vector_store(
     missing.
     """
     if spec is None:
-        spec = (settings or Settings.from_env()).vector_store
+        spec = (settings or Settings()).vector_store
     name = choice(spec, default="memory").replace("-", "_")
     if name == OFF:
         return None
@@ -257,11 +257,11 @@ def make_vector_store(
             raise ValueError(f"the in-process vector store takes no options, got {sorted(kwargs)}")
         return InProcessVectorStore()
     if name in ("pgvector", "postgres", "postgresql"):
-        dsn = kwargs.pop("dsn", None) or (settings or Settings.from_env()).store_dsn
+        dsn = kwargs.pop("dsn", None) or (settings or Settings()).store_dsn
         if not dsn:
             raise ValueError(
-                "vector store 'pgvector' needs a DSN: pass dsn=, settings with store_dsn, "
-                "or set RAGSPINE_STORE_DSN"
+                "vector store 'pgvector' needs a DSN: pass dsn= or settings with store_dsn "
+                "(RAGSPINE_STORE_DSN)"
             )
         try:
             module = importlib.import_module("ragspine.stores.pg_vector_store")

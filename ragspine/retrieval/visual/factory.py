@@ -19,11 +19,12 @@ def make_visual_encoder(
     """Build the visual encoder that ``spec`` names, or ``None`` for ``"none"`` (the default: visual off).
 
     ``spec`` is ``none`` | ``colpali`` | ``colqwen2``, optionally ``family:model`` with a model id or a
-    local directory; ``None`` reads ``RAGSPINE_VISUAL_EMBEDDER`` through ``Settings``. The model comes from
-    ``model``, else ``RAGSPINE_VISUAL_MODEL``, else the family's published ``-hf`` checkpoint; ``device``
-    defaults to ``RAGSPINE_DEVICE``. Raises ``ValueError`` for an unknown name or a model that will not load.
+    local directory; ``None`` reads ``settings.visual_embedder`` (``RAGSPINE_VISUAL_EMBEDDER``; no settings:
+    off). The model comes from ``model``, else ``settings.visual_model``, else the family's published ``-hf``
+    checkpoint; ``device`` defaults to ``settings.device``. Raises ``ValueError`` for an unknown name or a
+    model that will not load.
     """
-    conf = settings or Settings.from_env()
+    conf = settings or Settings()
     raw = (conf.visual_embedder if spec is None else spec).strip()
     family, _, inline_model = raw.partition(":")
     family = choice(family)
