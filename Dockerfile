@@ -28,7 +28,7 @@ COPY clients/ clients/
 RUN pip install grpcio-tools==1.85.1 mypy-protobuf==5.1.0 \
     && python services/ragspine_services/gen_protos.py && python clients/python/sync_stubs.py \
     && pip install "/src[service,http,models,tracing,facts,qdrant]" "psycopg[binary]==3.3.9" \
-    && python -c "from ragspine.retrieval.lexical.inverted_index import compiled_kernel_available as built; assert built(), 'the compiled BM25 kernel was not built'" \
+    && python -c "from ragspine.retrieval.channels.inverted_index import compiled_kernel_available as built; assert built(), 'the compiled BM25 kernel was not built'" \
     && pip uninstall -y grpcio-tools mypy-protobuf
 
 FROM ${PYTHON_IMAGE}

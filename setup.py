@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "ragspine.retrieval.lexical._bm25_kernel",
-            sources=["ragspine/retrieval/lexical/_bm25_kernel.c"],
+            "ragspine.retrieval.channels._bm25_kernel",
+            sources=["ragspine/retrieval/channels/_bm25_kernel.c"],
             extra_compile_args=["-O3"],
             optional=True,
         )

@@ -29,7 +29,7 @@ pin_single_thread()
 import bm25s  # noqa: E402  (benchmark-only peer)
 import numpy as np  # noqa: E402
 
-from ragspine.retrieval.lexical.inverted_index import InvertedIndex  # noqa: E402
+from ragspine.retrieval.channels.inverted_index import InvertedIndex  # noqa: E402
 from ragspine.retrieval.text.tokenizer import tokenize  # noqa: E402
 
 K1, B, TOP = 1.5, 0.75, 100

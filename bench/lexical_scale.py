@@ -81,7 +81,7 @@ def _worker(engine: str, n_chunks: int, n_queries: int, seed: int, clock: str) -
     base = _live_rss()
     row: dict[str, object] = {"engine": engine, "chunks": n_chunks, "queries": len(queries), "clock": clock}
     if engine == "ours":
-        from ragspine.retrieval.lexical.inverted_index import InvertedIndex
+        from ragspine.retrieval.channels.inverted_index import InvertedIndex
 
         index = InvertedIndex(k1=K1, b=B)
         start = now()

@@ -56,8 +56,8 @@ from typing import Any, cast  # noqa: E402
 
 from ragspine.eval.harness import ingest_dataset  # noqa: E402
 from ragspine.retrieval.assembly import assemble_index  # noqa: E402
+from ragspine.retrieval.channels.inverted_index import compiled_kernel_available  # noqa: E402
 from ragspine.retrieval.chunking.chunk_store import ChunkStore  # noqa: E402
-from ragspine.retrieval.lexical.inverted_index import compiled_kernel_available  # noqa: E402
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine.retrieval.text.tokenizer import tokenize  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
@@ -156,7 +156,7 @@ def part_variants(
 
     Raises ``RuntimeError`` when a stand-in changes any query's snippets."""
     retriever = index.retriever
-    lex = retriever._lex
+    lex = retriever.bm25.index
     variants = {text: retriever._variants(text) for text, _ in queries}
     kernel: dict[tuple[tuple[str, ...], int | None], tuple[list[str], list[float]]] = {}
     for text, _ in queries:
@@ -249,7 +249,7 @@ def main() -> int:
         store.init_schema()
         index = assemble_index(store, Settings(retrieval_mode=args.mode), max_chars=1_000_000)
         ingest_docs_per_s = ingest_dataset(index, dataset)
-        lex = index.retriever._lex
+        lex = index.retriever.bm25.index
         chunks = index.retriever._chunks
         link = NarrativeIndexRetriever(index)
 

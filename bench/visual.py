@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ragspine.retrieval.lexical.bm25 import rrf_fuse  # noqa: E402
+from ragspine.retrieval.channels.fusion import rrf_fuse  # noqa: E402
 from ragspine.retrieval.text.tokenizer import tokenize  # noqa: E402
 from ragspine.retrieval.visual.maxsim import maxsim_scores, pad_pages  # noqa: E402
 from ragspine.retrieval.visual.page_store import VisualPageStore  # noqa: E402
@@ -82,7 +82,7 @@ def evaluate(rankings: dict[str, list[str]], qrels: dict[str, set[str]]) -> tupl
 
 
 def bm25_rankings(corpus: list[dict], queries: dict[str, str], depth: int) -> dict[str, list[str]]:
-    from ragspine.retrieval.lexical.inverted_index import InvertedIndex
+    from ragspine.retrieval.channels.inverted_index import InvertedIndex
 
     index = InvertedIndex()
     index.add_many((row["_id"], tokenize(row["title"] + "\n" + row["text"])) for row in corpus)

@@ -38,9 +38,9 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from ragspine.retrieval.channels.impact_index import ImpactIndex  # noqa: E402
 from ragspine.retrieval.chunking.types import Chunk  # noqa: E402
 from ragspine.retrieval.lexical.hybrid import HybridRetriever  # noqa: E402
-from ragspine.retrieval.lexical.impact_index import ImpactIndex  # noqa: E402
 from ragspine.retrieval.vector.dense_rows import unit_rows  # noqa: E402
 
 
@@ -59,7 +59,7 @@ def _medians(timings: dict[str, list[float]], ours: str) -> dict[str, float]:
 
 
 def _ranking(retriever: HybridRetriever, q: np.ndarray, k: int) -> list[str]:
-    return [cid for cid, _ in retriever._vector_ranking(q, None, k)]
+    return [cid for cid, _ in retriever.dense.rank(q, None, k)]
 
 
 def _from_scratch(given: dict[str, np.ndarray], q: np.ndarray, k: int) -> list[str]:
@@ -96,12 +96,12 @@ def run_dense(n_chunks: int, dim: int, batch: int, rounds: int, k: int) -> dict[
             retriever.set_vectors((cid, None, vec) for cid, vec in arriving)
             t0 = time.perf_counter()
             if name == "rebuilt":
-                retriever._dense.clear()
-                retriever._dense.put(list(given.items()))
+                retriever.dense.rows.clear()
+                retriever.dense.rows.put(list(given.items()))
             ranking = _ranking(retriever, q, k)
             times.append(time.perf_counter() - t0)
             mismatches += ranking != _from_scratch(given, q, k)
-    kept = retrievers["kept"]._dense
+    kept = retrievers["kept"].dense.rows
     return {
         "chunks": n_chunks + (next_id - n_chunks),
         "dim": dim,

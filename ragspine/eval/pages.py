@@ -24,9 +24,9 @@ from typing import Any
 from ragspine.eval.beir import BeirDataset, load_beir
 from ragspine.eval.harness import ingest_dataset
 from ragspine.eval.metrics import ndcg_at_k, recall_at_k
+from ragspine.retrieval.channels.fusion import rrf_fuse
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.constants import DEFAULT_RRF_K
-from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.visual.encoders import VisualEncoder
 from ragspine.retrieval.visual.library_pages import LibraryPages

@@ -28,9 +28,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ragspine.retrieval.channels.fusion import rrf_fuse
 from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
-from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.seams import EmbeddingBackend as _Embedder
 from ragspine.settings import OFF, choice, is_off

@@ -80,7 +80,7 @@ def fuse_snippets(rankings: list[list[dict[str, Any]]], *, top_k: int) -> list[d
     A snippet found by several rankings is kept as the first ranking returned it (the original query's
     ranking comes first), unchanged.
     """
-    from ragspine.retrieval.lexical.retrieval import rrf_fuse
+    from ragspine.retrieval.channels.fusion import best_first, rrf_fuse
 
     first: dict[str, dict[str, Any]] = {}
     keyed: list[list[str]] = []
@@ -92,5 +92,4 @@ def fuse_snippets(rankings: list[list[dict[str, Any]]], *, top_k: int) -> list[d
             keys.append(key)
         keyed.append(keys)
     scores = rrf_fuse(keyed)
-    order = sorted(scores, key=lambda key: (-scores[key], key))
-    return [first[key] for key in order[:top_k]]
+    return [first[key] for key, _ in best_first(scores, top_k)]

@@ -116,7 +116,7 @@ class _LeakyRetriever(HybridRetriever):
         batch = list(chunks)
         with self._lock:
             self._drop_ids([c.chunk_id for c in batch if c.chunk_id in self._chunks])
-            self._lex.add_many((c.chunk_id, tokenize(c.text)) for c in batch)
+            self.bm25.index.add_many((c.chunk_id, tokenize(c.text)) for c in batch)
             for c in batch:
                 self._chunks[c.chunk_id] = c
                 for f in self._by_field:
@@ -137,7 +137,7 @@ def test_reverse_proof_leaky_index_is_caught(tmp_path: Path, monkeypatch: pytest
     clean = _build(tmp_path, "clean", base)
     import ragspine.retrieval.lexical.narrative_index as ni
 
-    monkeypatch.setattr(ni, "HybridRetriever", _LeakyRetriever)
+    monkeypatch.setattr(ni.NarrativeIndex, "text_index", _LeakyRetriever)
     leaky = _build(tmp_path, "leaky", mixed)
     problems = trace_differences(clean, leaky, _restricted_docs())
     # Exit #2 still strips the RESTRICTED chunks themselves, but their statistics moved everyone else.
@@ -149,7 +149,7 @@ def test_reverse_proof_missing_exit_is_caught(tmp_path: Path, monkeypatch: pytes
     clean = _build(tmp_path, "clean", base)
     import ragspine.retrieval.lexical.narrative_index as ni
 
-    monkeypatch.setattr(ni, "HybridRetriever", _LeakyRetriever)
+    monkeypatch.setattr(ni.NarrativeIndex, "text_index", _LeakyRetriever)
     store = ChunkStore(tmp_path / "noexit.db")
     store.init_schema()
     index = NarrativeIndex(store)

@@ -71,7 +71,7 @@ def test_stand_ins_give_the_same_snippets_and_leave_nothing_behind(bench: Module
         for text, tokens in queries:
             assert stage(text, tokens) == before[text]
     # Outside a stage the real parts answer again (the stand-ins are instance attributes, removed after).
-    assert "search_columns" not in vars(index.retriever._lex)
+    assert "search_columns" not in vars(index.retriever.bm25.index)
     assert "sync" not in vars(index)
     assert "_variants" not in vars(index.retriever)
 
@@ -80,7 +80,7 @@ def test_a_stand_in_that_changes_the_answer_is_refused(
     bench: ModuleType, library: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     index, link, queries = library
-    lex = index.retriever._lex
+    lex = index.retriever.bm25.index
     real = lex.search_columns
     calls = {"n": 0}
 
@@ -124,7 +124,7 @@ def test_the_numpy_kernel_stage_runs_the_numpy_path_with_the_same_snippets(
     bench: ModuleType, library: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     index, link, queries = library
-    lex = index.retriever._lex
+    lex = index.retriever.bm25.index
     compiled = lex._top_kernel
     numpy_scores = type(lex)._scores
     used: list[bool] = []
@@ -147,7 +147,7 @@ def test_a_numpy_path_that_answers_otherwise_is_refused(
     bench: ModuleType, library: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     index, link, queries = library
-    lex = index.retriever._lex
+    lex = index.retriever.bm25.index
     real_top = type(lex)._top
 
     def reversed_top(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ragspine.retrieval.indexing.drainer import VectorDrainer
+from ragspine.retrieval.indexing.vector_spaces import VectorSpaces
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from tests.indexing.vector_checks import DOCS, CountingBackend, indexable_chunks
 
@@ -94,4 +95,4 @@ def check_switch_by_another_process(open_store: Callable[[], Any], caplog: pytes
 
 def break_conflict_detection(monkeypatch: pytest.MonkeyPatch) -> None:
     """The implementation before the check: an index never compares its model with the store's."""
-    monkeypatch.setattr(NarrativeIndex, "check_vector_spaces", lambda self: self.model_conflicts)
+    monkeypatch.setattr(VectorSpaces, "check", lambda self: self.model_conflicts)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import ragspine.retrieval.lexical.narrative_index as narrative_index
+import ragspine.retrieval.indexing.backlog as backlog
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
@@ -48,7 +48,7 @@ def test_drain_batches_group_similar_lengths_and_finish(tmp_path) -> None:
 
 def test_reverse_proof_chunk_id_order_mixes_lengths(tmp_path, monkeypatch) -> None:
     # A window of one batch is the old behaviour: the next chunks by id, short and long mixed.
-    monkeypatch.setattr(narrative_index, "_DRAIN_WINDOW_BATCHES", 1)
+    monkeypatch.setattr(backlog, "DRAIN_WINDOW_BATCHES", 1)
     _store, index, batches = _mixed_index(tmp_path)
     drain(index, max_items=4)
     with pytest.raises(AssertionError, match="mix lengths"):
@@ -73,7 +73,7 @@ def test_relabelled_chunk_is_dropped_from_the_plan(tmp_path) -> None:
 
 
 def test_reverse_proof_plan_without_recheck_sends_restricted_text(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(NarrativeIndex, "_current", lambda self, chunk: True)
+    monkeypatch.setattr(backlog.Backlog, "_current", lambda self, chunk: True)
     with pytest.raises(AssertionError, match="relabelled RESTRICTED was sent"):
         check_relabelled_chunk_not_sent(tmp_path)
 
@@ -161,7 +161,7 @@ class _Failing(_Recording):
 @pytest.mark.slow
 def test_a_model_that_fails_to_count_is_drained_by_the_estimate(tmp_path, minilm, caplog) -> None:
     backend = _Failing(minilm)
-    with caplog.at_level("WARNING", logger="ragspine.retrieval.lexical.narrative_index"):
+    with caplog.at_level("WARNING", logger="ragspine.retrieval.indexing.backlog"):
         _drain_mixed(tmp_path, backend)
     assert "could not count tokens" in caplog.text
     assert sum(len(b) for b in backend.batches) == 32

@@ -30,7 +30,7 @@ def _index(tmp_path) -> tuple[ChunkStore, NarrativeIndex, str]:
     store = ChunkStore(tmp_path / "lib.sqlite")
     index = NarrativeIndex(store, embedding_backend=CountingBackend(), defer_vectors=True)
     index.ingest_many(DOCS)
-    return store, index, index._models["dense"]
+    return store, index, index.spaces.models["dense"]
 
 
 def test_backlog_reads_do_not_wait_for_the_writer_and_see_commits(tmp_path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.indexing.codec import encode_dense
 from ragspine.retrieval.indexing.drainer import VectorDrainer
+from ragspine.retrieval.indexing.vector_spaces import VectorSpaces
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from tests.indexing.vector_checks import (
     DOCS,
@@ -21,11 +22,15 @@ from tests.indexing.vector_checks import (
 )
 
 
+class _IgnoresStoredVectors(VectorSpaces):
+    def load_persisted(self, chunk_ids: list[str] | None) -> int:
+        return 0
+
+
 class RecomputesOnStart(NarrativeIndex):
     """Broken: ignores the stored vectors (a cache rebuilt at every start)."""
 
-    def _load_persisted(self, chunk_ids: list[str] | None) -> int:
-        return 0
+    vector_spaces = _IgnoresStoredVectors
 
 
 def test_restart_reembeds_nothing_sqlite(tmp_path) -> None:

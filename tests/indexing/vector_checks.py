@@ -112,7 +112,9 @@ def check_model_switch_reembeds(store: Any, open_index: Callable[[CountingBacken
         vector = b.vector(retriever.index_text(retriever._chunks[cid]))
         return unit_rows(np.array([vector], dtype=np.float64))[0]
 
-    mixed = [cid for cid in retriever._vectors if not np.array_equal(retriever.unit_vector(cid), b_row(cid))]
+    mixed = [
+        cid for cid in retriever.dense.vectors if not np.array_equal(retriever.unit_vector(cid), b_row(cid))
+    ]
     assert not mixed, f"{len(mixed)} chunks kept model-a vectors under model-b"
     assert b.passages == n, f"model-b embedded {b.passages} passages, expected all {n}"
     space = store.vector_space("dense")

@@ -20,7 +20,7 @@ if not inverted_index.compiled_kernel_available():
         "with gcc or clang present",
         allow_module_level=True,
     )
-from ragspine.retrieval.lexical import _bm25_kernel
+from ragspine.retrieval.channels import _bm25_kernel
 
 # A few very common words (dense cache entries), a long tail (sparse ones), and identical documents.
 COMMON = ["the", "of", "cell", "protein"]

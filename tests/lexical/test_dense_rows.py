@@ -30,7 +30,7 @@ GIVEN: dict[tuple[int, str], np.ndarray] = {}
 
 def _given(retriever: HybridRetriever, cid: str) -> np.ndarray | None:
     """The last vector given for ``cid`` if the retriever still has one for it."""
-    return GIVEN.get((id(retriever), cid)) if cid in retriever._vectors else None
+    return GIVEN.get((id(retriever), cid)) if cid in retriever.dense.vectors else None
 
 
 def _reference(retriever: HybridRetriever, q: np.ndarray, k: int, candidates: list[str] | None) -> Ranking:
@@ -56,10 +56,10 @@ def _check(retriever: HybridRetriever, rng: np.random.Generator) -> int:
     chunk_ids = sorted(retriever._chunks)
     subset = [c for c in chunk_ids if rng.random() < 0.3]
     for k in (1, 5, 40, 10_000):
-        _same(retriever._vector_ranking(q, None, k), _reference(retriever, q, k, None))
-        _same(retriever._vector_ranking(q, subset, k), _reference(retriever, q, k, subset))
+        _same(retriever.dense.rank(q, None, k), _reference(retriever, q, k, None))
+        _same(retriever.dense.rank(q, subset, k), _reference(retriever, q, k, subset))
     # Every live row holds exactly what a fresh build puts there for that vector.
-    dense = retriever._dense
+    dense = retriever.dense.rows
     for cid in chunk_ids:
         vector = _given(retriever, cid)
         if vector is not None:
@@ -120,7 +120,7 @@ def _writes_and_checks(retriever: HybridRetriever, seed: int) -> int:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kept_matrix_ranks_like_one_built_from_scratch(seed: int, segment_rows: int) -> None:
     retriever = _Recording([])
-    retriever._dense = DenseRows(segment_rows=segment_rows)
+    retriever.dense.rows = DenseRows(segment_rows=segment_rows)
     segments = _writes_and_checks(retriever, seed)
     if segment_rows == 48:
         assert segments > 1  # the checks ran over several segments
@@ -148,7 +148,7 @@ class _ForgetsRemovals(DenseRows):
 @pytest.mark.parametrize("broken", [_KeepsReplacedRows, _ForgetsRemovals])
 def test_reverse_proof_stale_rows_are_caught(broken: type[DenseRows]) -> None:
     retriever = _Recording([])
-    retriever._dense = broken()
+    retriever.dense.rows = broken()
     with pytest.raises(AssertionError):
         _writes_and_checks(retriever, 0)
 
@@ -160,23 +160,23 @@ def test_the_screened_full_scan_never_ranks_a_dead_row() -> None:
     retriever.add_chunks(_chunk(i) for i in range(3000))
     retriever.set_vectors(_vectors(rng, list(retriever._chunks)))
     q = rng.standard_normal(DIM)
-    best = [cid for cid, _ in retriever._vector_ranking(q, None, 8)]
+    best = [cid for cid, _ in retriever.dense.rank(q, None, 8)]
     retriever.remove_chunks(best[:4])  # 4 dead rows: below the compaction threshold, still held
-    assert retriever._dense.dead_rows == 4
-    _same(retriever._vector_ranking(q, None, 8), _reference(retriever, q, 8, None))
-    assert not set(best[:4]) & {cid for cid, _ in retriever._vector_ranking(q, None, 8)}
+    assert retriever.dense.rows.dead_rows == 4
+    _same(retriever.dense.rank(q, None, 8), _reference(retriever, q, 8, None))
+    assert not set(best[:4]) & {cid for cid, _ in retriever.dense.rank(q, None, 8)}
 
 
 def test_a_write_copies_no_held_row() -> None:
     rng = np.random.default_rng(9)
     retriever = _Recording([])
-    dense = retriever._dense = DenseRows(segment_rows=256)
+    dense = retriever.dense.rows = DenseRows(segment_rows=256)
     retriever.add_chunks(_chunk(i) for i in range(1000))
     retriever.set_vectors(_vectors(rng, [_chunk(i).chunk_id for i in range(900)]))  # a load: 900 rows exactly
     assert dense.n_segments == 1 and dense.nbytes == 900 * DIM * 12 + 900
     held = dense._f64[0]
     retriever.set_vectors(_vectors(rng, [_chunk(i).chunk_id for i in range(900, 932)]))
-    retriever._vector_ranking(rng.standard_normal(DIM), None, 5)  # the first search after the write
+    retriever.dense.rank(rng.standard_normal(DIM), None, 5)  # the first search after the write
     # The 900 rows stay where they were; the 32 new ones open a segment (of 256 rows: an eighth of the
     # rows held would be fewer than the least a segment holds, 1,024, and segment_rows caps that).
     assert dense._f64[0] is held and dense.n_segments == 2 and dense.n_rows == 932
@@ -195,14 +195,14 @@ class _CopyingRows(DenseRows):
 
 def test_reverse_proof_a_copying_write_is_caught() -> None:
     retriever = _Recording([])
-    retriever._dense = _CopyingRows(segment_rows=256)
+    retriever.dense.rows = _CopyingRows(segment_rows=256)
     with pytest.raises(AssertionError):
         rng = np.random.default_rng(9)
         retriever.add_chunks(_chunk(i) for i in range(1000))
         retriever.set_vectors(_vectors(rng, [_chunk(i).chunk_id for i in range(900)]))
-        held = retriever._dense._f64[0]
+        held = retriever.dense.rows._f64[0]
         retriever.set_vectors(_vectors(rng, [_chunk(i).chunk_id for i in range(900, 932)]))
-        assert retriever._dense._f64[0] is held
+        assert retriever.dense.rows._f64[0] is held
 
 
 def test_a_small_matrix_grows_in_one_segment() -> None:
@@ -217,11 +217,11 @@ def test_a_small_matrix_grows_in_one_segment() -> None:
 def test_dead_rows_are_compacted_away() -> None:
     rng = np.random.default_rng(3)
     retriever = _Recording([])
-    retriever._dense = DenseRows(segment_rows=100)
+    retriever.dense.rows = DenseRows(segment_rows=100)
     retriever.add_chunks(_chunk(i) for i in range(400))
     retriever.set_vectors(_vectors(rng, list(retriever._chunks)[:200]))
     retriever.set_vectors(_vectors(rng, list(retriever._chunks)[200:]))
-    dense = retriever._dense
+    dense = retriever.dense.rows
     assert dense.n_segments > 1
     retriever.remove_chunks([_chunk(i).chunk_id for i in range(0, 400, 3)])  # a third of the rows
     assert dense.dead_rows == 0 and dense.n_rows == len(dense) == 266 and dense.n_segments == 1
@@ -236,11 +236,11 @@ def test_a_vector_of_another_dimension_degrades_the_dense_channel_until_it_goes(
     odd = _chunk(9).chunk_id
     retriever.set_vectors([(odd, None, rng.standard_normal(DIM + 1))])
     with pytest.raises(RuntimeError, match="dimension mismatch"):
-        retriever._vector_ranking(rng.standard_normal(DIM), None, 3)
+        retriever.dense.rank(rng.standard_normal(DIM), None, 3)
     retriever.remove_chunks([odd])
-    assert len(retriever._vector_ranking(rng.standard_normal(DIM), None, 3)) == 3
+    assert len(retriever.dense.rank(rng.standard_normal(DIM), None, 3)) == 3
     with pytest.raises(RuntimeError, match="dimension mismatch"):  # a query of another model
-        retriever._vector_ranking(rng.standard_normal(DIM + 2), None, 3)
+        retriever.dense.rank(rng.standard_normal(DIM + 2), None, 3)
 
 
 def test_dense_rows_alone() -> None:
@@ -275,7 +275,7 @@ def test_a_callers_embedding_cache_gets_the_vectors_and_serves_a_new_retriever()
     # A retriever built over the same cache ranks with those vectors at once, with no set_vectors.
     second = HybridRetriever(chunks, embedding_cache=cache)
     q = rng.standard_normal(DIM)
-    assert second._vector_ranking(q, None, 5) == first._vector_ranking(q, None, 5)
+    assert second.dense.rank(q, None, 5) == first.dense.rank(q, None, 5)
     ours, theirs = second.unit_vector(chunks[0].chunk_id), first.unit_vector(chunks[0].chunk_id)
     assert ours is not None and theirs is not None and np.array_equal(ours, theirs)
     assert second.unit_vector(chunks[25].chunk_id) is None
@@ -286,6 +286,6 @@ def test_without_a_cache_no_second_copy_of_a_vector_is_kept() -> None:
     retriever = HybridRetriever([_chunk(i) for i in range(10)])
     retriever.set_vectors(_vectors(rng, [_chunk(i).chunk_id for i in range(10)]))
     # The search matrix holds the vectors (one unit float64 row and its float32 copy each) ...
-    assert retriever._dense.n_rows == 10 and retriever._dense.nbytes == 10 * DIM * 12 + 10
+    assert retriever.dense.rows.n_rows == 10 and retriever.dense.rows.nbytes == 10 * DIM * 12 + 10
     # ... and the chunk -> vector map only says which chunks have one.
-    assert not any(isinstance(v, np.ndarray | list) for v in retriever._vectors.values())
+    assert not any(isinstance(v, np.ndarray | list) for v in retriever.dense.vectors.values())

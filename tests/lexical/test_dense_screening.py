@@ -71,7 +71,7 @@ def _check(rank: Callable[[np.ndarray, np.ndarray, list[str], int], Ranking]) ->
 
 def test_screened_ranking_equals_the_float64_ranking() -> None:
     retriever = HybridRetriever([])
-    _check(retriever._screened_ranking)
+    _check(retriever.dense.screened_ranking)
 
 
 def test_the_check_catches_a_float32_ranking() -> None:
@@ -88,7 +88,7 @@ def test_a_rebuilt_matrix_gets_a_fresh_float32_copy() -> None:
     retriever = HybridRetriever([])
     matrix, q, k = _cases()[0]
     pool = [f"c{i:05d}" for i in range(len(matrix))]
-    retriever._screened_ranking(matrix, q, pool, k)
+    retriever.dense.screened_ranking(matrix, q, pool, k)
     # Another matrix: a stale float32 copy of the first one would screen the wrong rows.
     rebuilt = np.ascontiguousarray(matrix[::-1])
-    _same(retriever._screened_ranking(rebuilt, q, pool, k), _reference(rebuilt, q, pool, k))
+    _same(retriever.dense.screened_ranking(rebuilt, q, pool, k), _reference(rebuilt, q, pool, k))

@@ -92,7 +92,7 @@ def test_weight_zero_and_header_mean_no_document_evidence() -> None:
 
 def test_entries_follow_replacements_and_removals() -> None:
     retriever = HybridRetriever(CORPUS, doc_weight=0.5)
-    docs = retriever._docs
+    docs = retriever.bm25.docs
     assert docs is not None and len(docs) == 3
     retriever.remove_chunks(["misc#c0"])
     assert len(docs) == 2 and docs.members("misc") == frozenset()
@@ -123,9 +123,9 @@ class _LeakyRetriever(HybridRetriever):
     def add_chunks(self, chunks: Iterable[Chunk]) -> int:
         chunks = list(chunks)
         added = super().add_chunks(chunks)
-        if self._docs is not None:
+        if self.bm25.docs is not None:
             every: dict[str, Chunk] = {**self._chunks, **{c.chunk_id: c for c in chunks}}
-            self._docs.refresh(every, chunks, self.index_text)
+            self.bm25.docs.refresh(every, chunks, self.index_text)
         return added
 
 
@@ -150,8 +150,8 @@ def _widens(evidence_cls: type[DocumentEvidence]) -> bool:
         _chunk("e", 0, "alpha"),
     ]
     retriever = HybridRetriever(corpus, doc_weight=0.5)
-    retriever._docs = evidence_cls(k1=1.5, b=0.75)
-    retriever._docs.refresh(retriever._chunks, corpus, retriever.index_text)
+    retriever.bm25.docs = evidence_cls(k1=1.5, b=0.75)
+    retriever.bm25.docs.refresh(retriever._chunks, corpus, retriever.index_text)
     allowed = {"d#c1", "e#c0"}
     got = {r.chunk.chunk_id for r in retriever.search("alpha beta", top_k=1, metadata_filter=_Wide(allowed))}
     return not got <= allowed

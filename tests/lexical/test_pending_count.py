@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from ragspine.retrieval.indexing.text_search import pending_in
 from ragspine.retrieval.lexical.hybrid import HybridRetriever
 
 
@@ -17,14 +18,14 @@ def test_pending_count_is_the_union_of_the_used_channels(seed: int) -> None:
     retriever = HybridRetriever([])
     dense = set(rng.sample(ids, rng.randint(0, 120)))
     sparse = set(rng.sample(ids, rng.randint(0, 120)))
-    retriever._dense_pending, retriever._sparse_pending = dense, sparse
+    retriever.dense.pending, retriever.sparse.pending = dense, sparse
     for candidates in (None, rng.sample(ids, 50), [], ids):
         pool = set(ids if candidates is None else candidates)
         for use_dense in (False, True):
             for use_sparse in (False, True):
                 missing = (dense if use_dense else set()) | (sparse if use_sparse else set())
                 want = len(missing) if candidates is None else len(missing & pool)
-                got = retriever._pending_in(candidates, dense=use_dense, sparse=use_sparse)
+                got = pending_in(retriever, candidates, dense=use_dense, sparse=use_sparse)
                 assert got == want, (candidates is None, use_dense, use_sparse)
     # Counting never changes the sets (the searches after it read them).
-    assert retriever._dense_pending is dense and retriever._sparse_pending is sparse
+    assert retriever.dense.pending is dense and retriever.sparse.pending is sparse

@@ -76,7 +76,7 @@ def test_narrative_index_state_stays_as_large_as_the_live_set(tmp_path: Path) ->
         return (
             len(retriever),
             len(retriever._written_at),
-            len(retriever._vectors),
+            len(retriever.dense.vectors),
             sum(len(bucket) for field in retriever._by_field.values() for bucket in field.values()),
             sum(len(ids) for ids in index._doc_chunks.values()),
         )

@@ -221,7 +221,7 @@ def test_ranked_results_equal_results_built_one_by_one(index: NarrativeIndex) ->
 def test_lexical_only_search_equals_full_rrf(index: NarrativeIndex) -> None:
     retriever = index.retriever
     for query in QUERIES:
-        hits = retriever._lex.search(tokenize(query), 20)
+        hits = retriever.bm25.index.search(tokenize(query), 20)
         fused = rrf_fuse([[cid for cid, _ in hits]], k=retriever.rrf_k)
         expected = [
             (cid, dict(hits)[cid], score)
@@ -259,7 +259,7 @@ def test_expansion_reads_the_store_only_for_chunks_with_windows(
 
 
 def test_search_columns_are_search_unzipped(index: NarrativeIndex) -> None:
-    lex = index.retriever._lex
+    lex = index.retriever.bm25.index
     for query in [*QUERIES, "revenue revenue revenue", "no-such-term"]:
         for k in (None, 0, 1, 7, 1000):
             keys, scores = lex.search_columns(tokenize(query), k)

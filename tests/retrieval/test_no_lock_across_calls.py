@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from ragspine.retrieval.channels.dense import DenseChannel
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.retrieval.indexing.vector_spaces import VectorSpaces
 from ragspine.retrieval.lexical.hybrid import HybridRetriever, SearchReport
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
@@ -109,13 +111,19 @@ def test_a_search_waiting_on_the_vector_store_holds_no_lock() -> None:
     assert "b#c0" in by_id and by_id["b#c0"].bm25_score == 0.0
 
 
+class _NoVersionCheckDense(DenseChannel):
+    def merge_external(
+        self, hits: list[tuple[str, float]], candidates: list[str] | None, generation: int
+    ) -> list[tuple[str, float]]:
+        return [(cid, score) for cid, score in hits if cid in self.chunks]
+
+
 class NoVersionCheckRetriever(HybridRetriever):
     """Reverse proof: merges the vector store's hits without asking whether their chunk changed."""
 
-    def _merge_external(
-        self, hits: list[tuple[str, float]], candidates: list[str] | None, generation: int
-    ) -> list[tuple[str, float]]:
-        return [(cid, score) for cid, score in hits if cid in self._chunks]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.dense.__class__ = _NoVersionCheckDense
 
 
 def test_reverse_proof_a_merge_without_the_version_check_is_caught() -> None:
@@ -157,7 +165,7 @@ def _index(tmp_path: Any, backend: HangingModelId) -> NarrativeIndex:
     backend.release.set()  # building the index asks for the model id once: let that pass
     index = NarrativeIndex(store, embedding_backend=backend)  # type: ignore[arg-type]
     backend.release.clear()
-    index._model_retry_at.clear()  # the next query asks again
+    index.spaces.model_retry_at.clear()  # the next query asks again
     return index
 
 
@@ -182,13 +190,13 @@ def test_identifying_a_hung_remote_model_never_queues_other_queries(tmp_path: An
 def test_reverse_proof_identifying_under_a_lock_is_caught(tmp_path: Any, monkeypatch: Any) -> None:
     backend = HangingModelId()
     index = _index(tmp_path, backend)
-    original = NarrativeIndex._model
+    original = VectorSpaces.model
 
-    def locked(self: NarrativeIndex, kind: str, component: object) -> str | None:
+    def locked(self: VectorSpaces, kind: str, component: object) -> str | None:
         with self._model_lock:  # the old shape: the model is asked while others wait on the lock
             return original(self, kind, component)
 
-    monkeypatch.setattr(NarrativeIndex, "_model", locked)
+    monkeypatch.setattr(VectorSpaces, "model", locked)
     assert not queries_go_on_while_the_model_id_hangs(index, backend)
 
 

@@ -112,15 +112,15 @@ def test_restricted_chunks_are_not_counted_and_the_reverse_proof_is_caught(
 def test_reverse_proof_unresolved_wire_labels_are_caught(make_front, monkeypatch: pytest.MonkeyPatch) -> None:
     """Labels passed through unchecked (the old conversion) are refused by the store: the entry check is
     what turns them into an actionable INVALID_ARGUMENT, and a fully fail-open stack leaks."""
-    from ragspine.retrieval.lexical import narrative_index
+    from ragspine.retrieval.indexing import library_index
 
     def old_label(label: object, filename: str, text: str, policy: object) -> str:
         return str(label).strip().upper() or "INTERNAL"
 
     monkeypatch.setattr(convert, "effective_sensitivity", old_label)
-    monkeypatch.setattr(narrative_index, "effective_sensitivity", lambda label, *a: label)
-    monkeypatch.setattr(chunk_store_module, "resolve_label", lambda label: label)
-    monkeypatch.setattr(chunk_store_module, "stored_label", lambda label: label)
+    monkeypatch.setattr(library_index, "effective_sensitivity", lambda label, *a: label)
+    monkeypatch.setattr(chunk_statements, "resolve_label", lambda label: label)
+    monkeypatch.setattr(chunk_statements, "stored_label", lambda label: label)
     old = lambda label: str(label).strip().upper() == "RESTRICTED"  # noqa: E731
     assert open_every_exit(monkeypatch, old)
     front = make_front()

@@ -24,7 +24,7 @@ from ragspine.retrieval.chunking.chunker import chunker_names
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.model_free import chunker_for, is_model_free
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
-from ragspine.retrieval.lexical import narrative_index
+from ragspine.retrieval.indexing import library_index
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine_services._gen import retrieval_pb2 as pb
 from tests.security.spy_proxy import Recorded, spy_proxy
@@ -115,7 +115,7 @@ def test_reverse_proof_without_the_rule_the_proxy_sees_the_leak(  # type: ignore
     split_front, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     front, recorded = split_front
-    monkeypatch.setattr(narrative_index, "chunker_for", lambda meta, chunker: chunker)
+    monkeypatch.setattr(library_index, "chunker_for", lambda meta, chunker: chunker)
     front.stub.Ingest(pb.IngestRequest(library="lib-broken", documents=_documents("semantic")))
     assert set(leaked(recorded)) == {LABELLED_PHRASE, KEYWORD_PHRASE}
     assert set(leaked(recorded)[LABELLED_PHRASE]) == {"/ragspine.v1.ModelWorkerService/Embed"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter
+from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
 from ragspine.retrieval.seams import FilterExtractor
 from ragspine.settings import OFF, Settings, choice
 
@@ -60,6 +60,23 @@ def profile_vocab(profile: DomainProfile) -> dict[str, dict[str, list[str]]]:
 
 
 FILTER_EXTRACTOR_CHOICES: tuple[str, ...] = ("none", "controlled_vocab", "vocab", "llm")
+
+
+def narrow(
+    extractor: FilterExtractor | None, query: str, metadata_filter: MetadataFilter | None
+) -> tuple[MetadataFilter | None, str]:
+    """The filter-extraction stage: ``metadata_filter`` AND what ``extractor`` reads out of ``query``
+    (extraction can only narrow). Returns the filter and, when the extractor failed, its error: the query
+    goes on with the caller's filters alone, never widened."""
+    if extractor is None:
+        return metadata_filter, ""
+    try:
+        extracted = extractor.extract(query)
+    except Exception as exc:  # a failed extraction never widens and never fails the query
+        return metadata_filter, f"{type(exc).__name__}: {exc}"
+    if not isinstance(extracted, MetadataFilter):
+        return metadata_filter, ""
+    return all_of(metadata_filter, extracted), ""
 
 
 def _is_ascii_word_char(ch: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ragspine.retrieval.channels.bm25_reference import bm25_scores, rrf_fuse
 from ragspine.retrieval.constants import (
     DEFAULT_BM25_B,
     DEFAULT_BM25_K1,
@@ -19,7 +20,6 @@ from ragspine.retrieval.constants import (
     DEFAULT_TOP_N,
     RESTRICTED_SENSITIVITY,
 )
-from ragspine.retrieval.lexical.bm25 import bm25_scores, rrf_fuse
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
 from ragspine.retrieval.lexical.hybrid import HybridRetriever, SearchReport
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex, RetrievalReport

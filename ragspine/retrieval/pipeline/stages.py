@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ragspine.retrieval.channels.fusion import best_first, rrf_fuse
 from ragspine.retrieval.constants import DEFAULT_RRF_K, is_restricted
 from ragspine.retrieval.expansion import expand_child_hits
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
-from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
 from ragspine.retrieval.pipeline.snippets import snippets_and_parents
 from ragspine.retrieval.pipeline.sources import LibrarySource, RetrieverLibrary
@@ -230,7 +230,7 @@ class LibraryFusionStage:
                     ranking.append(key)
             rankings.append(ranking)
         fused = rrf_fuse(rankings, k=self.rrf_k)
-        order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[: state.request.top_k]
+        order = best_first(fused, state.request.top_k)
         out = []
         for key, score in order:
             snippet = by_key[key]

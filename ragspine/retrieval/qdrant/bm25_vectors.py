@@ -25,7 +25,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from ragspine.retrieval.lexical.bm25 import validate_bm25_params
+from ragspine.retrieval.channels.bm25_reference import validate_bm25_params
 
 
 def term_index(token: str) -> int:

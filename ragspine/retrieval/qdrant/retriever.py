@@ -36,6 +36,8 @@ from typing import Any
 
 from qdrant_client import models
 
+from ragspine.retrieval.channels.bm25_reference import validate_bm25_params
+from ragspine.retrieval.channels.fusion import best_first, rrf_fuse
 from ragspine.retrieval.chunking.types import Chunk, StoredChunk
 from ragspine.retrieval.constants import (
     DEFAULT_BM25_B,
@@ -45,7 +47,6 @@ from ragspine.retrieval.constants import (
     is_restricted,
 )
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of, make_filter
-from ragspine.retrieval.lexical.bm25 import rrf_fuse, validate_bm25_params
 from ragspine.retrieval.lexical.hybrid import SearchReport, validate_query, validate_top_k
 from ragspine.retrieval.qdrant.bm25_vectors import document_weights, learned_weights, query_weights
 from ragspine.retrieval.qdrant.connection import (
@@ -578,7 +579,7 @@ class QdrantRetriever(CollectionCalls):
                     sparse[cid] = score
             report.timings_ms["sparse"] = (time.perf_counter() - t2) * 1000.0
         fused = rrf_fuse(rankings, k=self.rrf_k)
-        order = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        order = best_first(fused, k)
         report.results = [
             RetrievalResult(
                 chunk=chunks[cid],

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ragspine.retrieval.channels.fusion import best_first, rrf_fuse
 from ragspine.retrieval.chunking.types import METADATA_FIELDS
 from ragspine.retrieval.constants import DEFAULT_RRF_K, is_restricted
-from ragspine.retrieval.lexical.bm25 import rrf_fuse
 from ragspine.retrieval.visual.page_index import PageLead
 
 PageTextLookup = Mapping[str, str] | Callable[[str], str | None]
@@ -88,7 +88,7 @@ def fuse_text_and_visual(
     for snippet in [*text, *visual]:
         by_key.setdefault(_key(snippet), snippet)
     fused = rrf_fuse([[_key(s) for s in text], [_key(s) for s in visual]], k=rrf_k)
-    order = sorted(fused, key=lambda key: (-fused[key], key))[:top_k]
+    order = [key for key, _ in best_first(fused, top_k)]
     out = []
     for key in order:
         snippet = dict(by_key[key])

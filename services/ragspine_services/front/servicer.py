@@ -29,22 +29,18 @@ from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.expansion import normalize_expansion
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.indexing.ledger import model_id
-from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.pipeline import (
     DEFAULT_MIN_ANSWER_RELEVANCE,
     DEFAULT_MIN_RELEVANCE,
     IngestDocument,
-    RelevanceStage,
-    RetrievalPipeline,
     RetrieveReport,
     RetrieveRequest,
-    RetrieverLibrary,
     check_min_relevance,
     ingest_documents,
     withdraw_document,
 )
-from ragspine.retrieval.raptor import RaptorRetriever, RaptorTreeCache, normalize_granularity
-from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
+from ragspine.retrieval.plan import Planner
+from ragspine.retrieval.raptor import normalize_granularity
 from ragspine.retrieval.visual import library_pages as visual
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
@@ -145,8 +141,12 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self.default_mode = default_mode
         self.reranker_name = reranker_name
         self.remote_worker = remote_worker
-        self._raptor_trees: dict[str, RaptorTreeCache] = {}
-        self._raptor_lock = threading.Lock()
+        # Plans each request's pipeline (RAPTOR sources, relevance, router) as every caller does.
+        self.planner = Planner(
+            min_relevance=self.min_relevance,
+            min_answer_relevance=self.min_answer_relevance,
+            deadline_scope=call_deadline,
+        )
         self._ingest_slots = threading.BoundedSemaphore(self.limits.max_concurrent_ingests)
         self._heavy = Lane(
             "heavy retrieve", self.limits.max_heavy_retrieves, queue_wait_s=self.limits.queue_wait_s
@@ -418,6 +418,33 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         # a loaded machine must still get the reply out in time.
         deadline = answer_deadline(context.time_remaining())
         self._check_time_left(deadline, context)
+        wanted = self._retrieve_request(request, deadline)
+        options = stage_options(request)
+        self.query_stages.resolve(options)  # an unoffered choice is INVALID_ARGUMENT before any work
+        router = self.query_stages.router(request.library_router)  # checked even when it will not run
+        router = None if request.libraries else router  # it only narrows a request that names none
+        heavy = wanted.top_k > self.limits.heavy_top_k or len(wanted.query) > self.limits.heavy_query_chars
+        # A few heavy calls at a time: each holds the GIL for long stretches (health checks and the other
+        # calls would wait behind them).
+        with self._heavy.slot(context.time_remaining()) if heavy else contextlib.nullcontext():
+            pipeline = self.planner.plan(
+                wanted,
+                self._libraries_for(request.libraries),
+                min_relevance=request.min_relevance if request.HasField("min_relevance") else None,
+                raptor_granularity=request.raptor_granularity,
+                router=router,
+            )
+            self._check_time_left(deadline, context)
+            staged = run_query_stages(pipeline, wanted, self.query_stages, options)
+        filters = wanted.filters if isinstance(wanted.filters, MetadataFilter) else None
+        response = self._respond(staged.report, started, filters)
+        response.stages.extend(stage_report_message(s) for s in staged.stages)
+        return response
+
+    def _retrieve_request(
+        self, request: retrieval_pb2.RetrieveRequest, deadline: float | None
+    ) -> RetrieveRequest:
+        """The domain request of a wire ``RetrieveRequest``; ``ValueError`` naming the first bad field."""
         convert.check_retrieve_request(request)
         query = request.query
         if not query.strip():
@@ -427,28 +454,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         top_k = request.top_k or DEFAULT_TOP_K
         if not 1 <= top_k <= self.limits.max_top_k:
             raise ValueError(f"top_k must be between 1 and {self.limits.max_top_k}, got {request.top_k}")
-        if top_k > self.limits.heavy_top_k or len(query) > self.limits.heavy_query_chars:
-            # A few heavy calls at a time: each holds the GIL for long stretches (health checks and the
-            # other calls would wait behind them).
-            with self._heavy.slot(context.time_remaining()):
-                return self._retrieve(request, context, started, deadline, top_k)
-        return self._retrieve(request, context, started, deadline, top_k)
-
-    def _retrieve(
-        self,
-        request: retrieval_pb2.RetrieveRequest,
-        context: grpc.ServicerContext,
-        started: float,
-        deadline: float | None,
-        top_k: int,
-    ) -> retrieval_pb2.RetrieveResponse:
-        query = request.query
         if request.rerank_top_n < 0:
             raise ValueError(f"rerank_top_n must be >= 0, got {request.rerank_top_n}")
-        if request.HasField("min_relevance"):  # the caller's own threshold replaces the server's defaults
-            relevance = RelevanceStage(check_min_relevance(request.min_relevance))
-        else:
-            relevance = RelevanceStage(self.min_relevance, min_answer_relevance=self.min_answer_relevance)
+        if request.HasField("min_relevance"):
+            check_min_relevance(request.min_relevance)
         mfilter = convert.metadata_filter(request.filters, request.combine)
         rerank = self._rerank(request.reranker)
         mode = self._mode(request.mode)
@@ -457,40 +466,18 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 "this server has no visual embedder: use mode LEXICAL or HYBRID, or configure "
                 "RAGSPINE_VISUAL_EMBEDDER"
             )
-        expansion = normalize_expansion(request.expansion)
-        granularity = normalize_granularity(request.raptor_granularity) if request.raptor_granularity else ""
-        libraries: list[Any] = list(self._libraries_for(request.libraries))
-        if granularity and granularity != "leaves" and mode != "visual":
-            # RAPTOR: each library answers through its summary tree (summaries are is_synthesis, never
-            # citable) over the library's own retriever, as one source of the same pipeline.
-            libraries = [
-                self._raptor_source(library, mode, granularity, expansion, mfilter) for library in libraries
-            ]
-        options = stage_options(request)
-        self.query_stages.resolve(options)  # an unoffered choice is INVALID_ARGUMENT before any work
-        # The router only narrows a request that names no libraries.
-        router = self.query_stages.router(request.library_router)
-        router = None if request.libraries else router
-        self._check_time_left(deadline, context)
-        pipeline = RetrievalPipeline(libraries, router=router, deadline_scope=call_deadline)
-        staged = run_query_stages(
-            pipeline.with_stage(relevance, after="exit"),
-            RetrieveRequest(
-                query,
-                filters=mfilter,
-                mode=mode,
-                top_k=top_k,
-                rerank=rerank,
-                rerank_top_n=request.rerank_top_n or None,
-                deadline=deadline,
-                expansion=expansion,
-            ),
-            self.query_stages,
-            options,
+        if request.raptor_granularity:
+            normalize_granularity(request.raptor_granularity)
+        return RetrieveRequest(
+            query,
+            filters=mfilter,
+            mode=mode,
+            top_k=top_k,
+            rerank=rerank,
+            rerank_top_n=request.rerank_top_n or None,
+            deadline=deadline,
+            expansion=normalize_expansion(request.expansion),
         )
-        response = self._respond(staged.report, started, mfilter)
-        response.stages.extend(stage_report_message(s) for s in staged.stages)
-        return response
 
     @staticmethod
     def _check_time_left(deadline: float | None, context: grpc.ServicerContext) -> None:
@@ -501,36 +488,6 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             context.abort(
                 grpc.StatusCode.DEADLINE_EXCEEDED, "no time left in the caller's deadline to answer in"
             )
-
-    def _raptor_source(
-        self, library: Library, mode: str, granularity: str, expansion: str, mfilter: Any
-    ) -> RetrieverLibrary:
-        index: Any = library.index(lexical=mode == "lexical")
-        # Typed filters only ever narrow: no unfiltered retry when they match nothing.
-        base = NarrativeIndexRetriever(
-            index, retry_without_filters=False, expansion=expansion, store=library.store
-        )
-        raptor = RaptorRetriever(
-            base,
-            self._raptor_tree(library),
-            embedder=self._raptor_embedder(library),
-            granularity=granularity,
-            base_is_filtered=mfilter is not None,
-        )
-        return RetrieverLibrary(library.library_id, raptor)
-
-    def _raptor_embedder(self, library: Library) -> Any:
-        # Trees hold RESTRICTED-free chunks only, so their text may go to the library's embedding model.
-        return library.embedding_backend or DeterministicEmbeddingBackend()
-
-    def _raptor_tree(self, library: Library) -> Any:
-        """The library's RAPTOR tree, built on first use and rebuilt after its store changes."""
-        with self._raptor_lock:
-            cache = self._raptor_trees.get(library.library_id)
-            if cache is None:
-                cache = RaptorTreeCache(library.store, embedder=self._raptor_embedder(library))
-                self._raptor_trees[library.library_id] = cache
-        return cache.tree()
 
     @staticmethod
     def _respond(
