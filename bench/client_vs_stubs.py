@@ -14,32 +14,34 @@ Usage: python bench/client_vs_stubs.py [--data ../shared/data/scifact] [--querie
 
 from __future__ import annotations
 
-import os
+from _common import (
+    REPO_ROOT,
+    SCIFACT,
+    beir_queries,
+    free_port,
+    latency_summary,
+    run_threaded,
+    set_math_threads,
+    spawn_ragspine,
+    stop_all,
+    wait_serving,
+)
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+set_math_threads(1, override=False)
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import json  # noqa: E402
-import socket  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-for _path in (REPO_ROOT, REPO_ROOT / "services", REPO_ROOT / "clients" / "python"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
 import grpc  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from ragspine.ingest import iter_beir_jsonl, parse_bytes  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
@@ -47,7 +49,7 @@ from ragspine_client import AsyncRetrievalClient, RetrievalClient  # noqa: E402
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
 from ragspine_services.client import LocalFront  # noqa: E402
 
-DEFAULT_DATA = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data")) / "scifact"
+DEFAULT_DATA = SCIFACT
 SAMPLE = REPO_ROOT / "ragspine" / "data" / "sample_corpus"
 SAMPLE_QUERIES = [
     "how long does the battery last",
@@ -58,12 +60,6 @@ SAMPLE_QUERIES = [
 ]
 LIBRARY = "bench"
 TOP_K = 10
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _documents(data: Path | None) -> Iterator[retrieval_pb2.Document]:
@@ -82,8 +78,7 @@ def _documents(data: Path | None) -> Iterator[retrieval_pb2.Document]:
 def _queries(data: Path | None, n: int) -> list[str]:
     if data is None:
         return [SAMPLE_QUERIES[i % len(SAMPLE_QUERIES)] for i in range(n)]
-    with open(data / "queries.jsonl", encoding="utf-8") as handle:
-        return [json.loads(line)["text"] for line in handle][:n]
+    return beir_queries(data, n)
 
 
 def _ingest(data: Path | None, data_dir: Path) -> float:
@@ -96,51 +91,46 @@ def _ingest(data: Path | None, data_dir: Path) -> float:
     return time.perf_counter() - started
 
 
-def _stats(latencies_ms: list[float], elapsed_s: float, errors: int) -> dict[str, float]:
-    ordered = sorted(latencies_ms)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] if ordered else float("nan")
-    return {
-        "p50_ms": statistics.median(ordered) if ordered else float("nan"),
-        "p99_ms": p99,
-        "qps": len(ordered) / elapsed_s if elapsed_s else float("nan"),
-        "errors": errors,
-    }
+def corpus_and_queries(data_arg: Path, n: int) -> tuple[Path | None, list[str]]:
+    """The BEIR folder to ingest (None: it has no corpus.jsonl, so the packaged sample corpus stands in,
+    as said on stderr) and ``n`` of its queries."""
+    data: Path | None = data_arg if (data_arg / "corpus.jsonl").is_file() else None
+    if data is None:
+        print(f"{data_arg} has no corpus.jsonl: using the packaged sample corpus", file=sys.stderr)
+    return data, _queries(data, n)
 
 
-def _threaded(call: Callable[[str], Any], queries: list[str], concurrency: int) -> dict[str, float]:
-    """Every query once, ``concurrency`` threads pulling from a shared cursor."""
-    for query in queries[:10]:
-        call(query)
-    latencies: list[float] = []
-    errors = 0
-    cursor = iter(queries)
-    lock = threading.Lock()
+@dataclass(frozen=True)
+class Served:
+    address: str  # gRPC, host:port
+    http_port: int  # 0 without the HTTP face
+    pid: int
 
-    def worker() -> None:
-        nonlocal errors
-        while True:
-            with lock:
-                query = next(cursor, None)
-            if query is None:
-                return
-            t0 = time.perf_counter()
-            try:
-                call(query)
-            except Exception:
-                with lock:
-                    errors += 1
-                continue
-            elapsed = (time.perf_counter() - t0) * 1e3
-            with lock:
-                latencies.append(elapsed)
 
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return _stats(latencies, time.perf_counter() - started, errors)
+@contextmanager
+def lexical_server(data: Path | None, *, http: bool = False) -> Iterator[Served]:
+    """``data`` (or the sample corpus) ingested into a scratch folder, served by ``ragspine serve all``
+    (lexical, no reranker; ``http``: with its HTTP face) as a subprocess on loopback, stopped after."""
+    with tempfile.TemporaryDirectory(prefix="ragspine-bench-") as tmp:
+        data_dir = Path(tmp)
+        ingest_s = _ingest(data, data_dir)
+        print(f"ingested {data or SAMPLE} in {ingest_s:.1f} s", file=sys.stderr)
+        grpc_port, http_port = free_port(), free_port() if http else 0
+        env = {
+            "RAGSPINE_DATA_DIR": str(data_dir),
+            "RAGSPINE_RETRIEVAL_MODE": "economy",
+            "RAGSPINE_RERANKER": "none",
+        }
+        command = ["serve", "all", "--port", str(grpc_port)]
+        if http:
+            command += ["--http-port", str(http_port)]
+        server = spawn_ragspine(command, env, data_dir / "server.log")
+        try:
+            address = f"127.0.0.1:{grpc_port}"
+            wait_serving(address, timeout=120.0, poll_s=0.2, reconnect=True)
+            yield Served(address, http_port, server.pid)
+        finally:
+            stop_all([server])
 
 
 async def _in_flight(call: Callable[[str], Any], queries: list[str], concurrency: int) -> dict[str, float]:
@@ -164,7 +154,7 @@ async def _in_flight(call: Callable[[str], Any], queries: list[str], concurrency
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return _stats(latencies, time.perf_counter() - started, errors)
+    return latency_summary(latencies, time.perf_counter() - started, errors)
 
 
 def _sync_rows(address: str, queries: list[str], level: int) -> dict[str, dict[str, Any]]:
@@ -175,13 +165,13 @@ def _sync_rows(address: str, queries: list[str], level: int) -> dict[str, dict[s
         def raw(query: str) -> Any:
             return stub.Retrieve(retrieval_pb2.RetrieveRequest(query=query, top_k=TOP_K), timeout=30)
 
-        rows[f"stubs (sync) c={level}"] = _threaded(raw, queries, level)
+        rows[f"stubs (sync) c={level}"] = run_threaded(raw, queries, level)
     with RetrievalClient(address, timeout_s=30) as client:
 
         def typed(query: str) -> Any:
             return client.retrieve(query, top_k=TOP_K)
 
-        rows[f"client (sync) c={level}"] = _threaded(typed, queries, level)
+        rows[f"client (sync) c={level}"] = run_threaded(typed, queries, level)
     return rows
 
 
@@ -213,24 +203,6 @@ def measure(address: str, queries: list[str], levels: list[int]) -> dict[str, di
     return rows
 
 
-def _wait_serving(address: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with grpc.insecure_channel(address) as channel:
-            try:
-                status = (
-                    health_pb2_grpc.HealthStub(channel)
-                    .Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    .status
-                )
-            except grpc.RpcError:
-                status = None
-        if status == health_pb2.HealthCheckResponse.SERVING:
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"{address} did not become SERVING")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a BEIR folder (default SciFact)")
@@ -238,37 +210,10 @@ def main() -> None:
     parser.add_argument("--levels", default="1,8,32", help="concurrency levels")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    data: Path | None = args.data if (args.data / "corpus.jsonl").is_file() else None
-    if data is None:
-        print(f"{args.data} has no corpus.jsonl: using the packaged sample corpus", file=sys.stderr)
-    queries = _queries(data, args.queries)
+    data, queries = corpus_and_queries(args.data, args.queries)
     levels = [int(x) for x in args.levels.split(",")]
-    with tempfile.TemporaryDirectory(prefix="ragspine-bench-") as tmp:
-        data_dir = Path(tmp)
-        ingest_s = _ingest(data, data_dir)
-        print(f"ingested {data or SAMPLE} in {ingest_s:.1f} s", file=sys.stderr)
-        port = _free_port()
-        env = {
-            **os.environ,
-            "RAGSPINE_DATA_DIR": str(data_dir),
-            "RAGSPINE_RETRIEVAL_MODE": "economy",
-            "RAGSPINE_RERANKER": "none",
-        }
-        log = (data_dir / "server.log").open("wb")
-        server = subprocess.Popen(
-            [sys.executable, "-m", "ragspine", "serve", "all", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=log,
-        )
-        try:
-            address = f"127.0.0.1:{port}"
-            _wait_serving(address)
-            rows = measure(address, queries, levels)
-        finally:
-            server.terminate()
-            server.wait(30)
-            log.close()
+    with lexical_server(data) as served:
+        rows = measure(served.address, queries, levels)
     if args.json:
         print(json.dumps(rows, indent=2))
         return

@@ -25,8 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+from _common import SCIFACT, alternating
 
 
 def passages(corpus: Path, limit: int) -> list[str]:
@@ -63,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--data", default=str(SHARED / "scifact"), help="BEIR folder holding corpus.jsonl")
+    parser.add_argument("--data", default=str(SCIFACT), help="BEIR folder holding corpus.jsonl")
     parser.add_argument("--limit", type=int, default=200, help="documents to chunk (default 200)")
     parser.add_argument("--passages", type=int, default=300, help="passages embedded per run (default 300)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
@@ -105,7 +104,7 @@ def main() -> None:
     label = getattr(ours, "name", args.embedding)
     print(f"{len(texts)} passages, {args.rounds} alternating rounds, ours = {label}")
     for i in range(args.rounds):
-        for name in list(runs) if i % 2 == 0 else list(runs)[::-1]:
+        for name in alternating(runs, i):
             rate, cpu = _timed(runs[name], len(texts))
             rates[name].append(rate)
             print(

@@ -29,42 +29,28 @@ Usage: python bench/http_vs_grpc.py [--data ../shared/data/scifact] [--queries 3
 
 from __future__ import annotations
 
-import os
+from _common import (
+    load_average,
+    process_cpu_s,
+    run_threaded,
+    set_math_threads,
+)
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+set_math_threads(1, override=False)
 
 import argparse  # noqa: E402
 import http.client  # noqa: E402
 import json  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-for _path in (REPO_ROOT, REPO_ROOT / "services", REPO_ROOT / "clients" / "python", Path(__file__).parent):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
 import grpc  # noqa: E402
-from client_vs_stubs import (  # noqa: E402
-    DEFAULT_DATA,
-    LIBRARY,
-    SAMPLE,
-    TOP_K,
-    _free_port,
-    _ingest,
-    _queries,
-    _threaded,
-    _wait_serving,
-)
+from client_vs_stubs import DEFAULT_DATA, LIBRARY, TOP_K, corpus_and_queries, lexical_server  # noqa: E402
 
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
 
@@ -141,12 +127,6 @@ class _Connections:
         return json.loads(payload)
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds process ``pid`` has used so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(
     grpc_address: str,
     http_port: int,
@@ -193,9 +173,9 @@ def measure(
             for r in range(rounds):
                 order = labels[r % len(labels) :] + labels[: r % len(labels)]
                 for label in order:
-                    before, client_before = _cpu_s(server_pid), time.process_time()
-                    row = _threaded(calls[label], queries, level)
-                    row["server_cpu_ms"] = (_cpu_s(server_pid) - before) * 1e3 / len(queries)
+                    before, client_before = process_cpu_s(server_pid), time.process_time()
+                    row = run_threaded(calls[label], queries, level)
+                    row["server_cpu_ms"] = (process_cpu_s(server_pid) - before) * 1e3 / len(queries)
                     row["client_cpu_ms"] = (time.process_time() - client_before) * 1e3 / len(queries)
                     per_round[label].append(row)
             for label in labels:
@@ -216,10 +196,6 @@ def measure(
     return rows, costs
 
 
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a BEIR folder (default SciFact)")
@@ -234,39 +210,14 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    data: Path | None = args.data if (args.data / "corpus.jsonl").is_file() else None
-    if data is None:
-        print(f"{args.data} has no corpus.jsonl: using the packaged sample corpus", file=sys.stderr)
-    queries = _queries(data, args.queries)
+    data, queries = corpus_and_queries(args.data, args.queries)
     levels = [int(x) for x in args.levels.split(",")]
-    with tempfile.TemporaryDirectory(prefix="ragspine-bench-") as tmp:
-        data_dir = Path(tmp)
-        ingest_s = _ingest(data, data_dir)
-        print(f"ingested {data or SAMPLE} in {ingest_s:.1f} s", file=sys.stderr)
-        grpc_port, http_port = _free_port(), _free_port()
-        env = {
-            **os.environ,
-            "RAGSPINE_DATA_DIR": str(data_dir),
-            "RAGSPINE_RETRIEVAL_MODE": "economy",
-            "RAGSPINE_RERANKER": "none",
-        }
-        log = (data_dir / "server.log").open("wb")
-        command = ["serve", "all", "--port", str(grpc_port), "--http-port", str(http_port)]
-        server = subprocess.Popen(
-            [sys.executable, "-m", "ragspine", *command], env=env, stdout=log, stderr=log
+    with lexical_server(data, http=True) as served:
+        loads = [load_average()]
+        rows, costs = measure(
+            served.address, served.http_port, queries, levels, args.rounds, served.pid, args.http_client
         )
-        try:
-            address = f"127.0.0.1:{grpc_port}"
-            _wait_serving(address)
-            loads = [_load()]
-            rows, costs = measure(
-                address, http_port, queries, levels, args.rounds, server.pid, args.http_client
-            )
-            loads.append(_load())
-        finally:
-            server.terminate()
-            server.wait(30)
-            log.close()
+        loads.append(load_average())
     if args.json:
         print(json.dumps({"rows": rows, "cost_per_round_ms": costs, "load_average": loads}, indent=2))
         return

@@ -28,72 +28,42 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from _common import SCIFACT, beir_ingest_requests, free_port, percentile, spawn_ragspine, wait_serving
 
 from ragspine.ingest import iter_beir_jsonl
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services._gen import retrieval_pb2_grpc
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 LIBRARY = "scifact"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 EMBEDDING = {"name": "auto"}  # the server's RAGSPINE_EMBEDDING (--embedding); the peer is always MiniLM
 
 
 def _spawn(data_dir: Path, port: int, metrics_port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {
-        **os.environ,
         "RAGSPINE_DATA_DIR": str(data_dir),
         "RAGSPINE_RETRIEVAL_MODE": "hybrid",
         "RAGSPINE_EMBEDDING": EMBEDDING["name"],
         "RAGSPINE_RERANKER": "none",
         "RAGSPINE_METRICS_PORT": str(metrics_port),
     }
-    handle = log.open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "ragspine", "serve", "all", "--port", str(port)],
-        env=env,
-        stdout=handle,
-        stderr=handle,
-    )
+    return spawn_ragspine(["serve", "all", "--port", str(port)], env, log)
 
 
-def _wait_serving(address: str, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with grpc.insecure_channel(address) as channel:
-            try:
-                status = (
-                    health_pb2_grpc.HealthStub(channel)
-                    .Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    .status
-                )
-            except grpc.RpcError:
-                status = None
-        if status == health_pb2.HealthCheckResponse.SERVING:
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{address} did not become SERVING")
+def _wait_serving(address: str) -> None:
+    """SERVING seen within 50 ms of the server reporting it (the restart figure is timed by it)."""
+    wait_serving(address, timeout=300.0, poll_s=0.05, reconnect=True)
 
 
 def _embedded_counter(metrics_port: int) -> float:
@@ -146,24 +116,11 @@ class QueryLoop:
         self._thread.join(30)
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _count(statuses: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for status in statuses:
         out[status] = out.get(status, 0) + 1
     return out
-
-
-def _requests(corpus: Path, limit: int) -> Iterator[pb.IngestStreamRequest]:
-    for record in iter_beir_jsonl(corpus, limit=limit):
-        doc = pb.Document(doc_id=record.doc_id, title=record.title, text=record.text)
-        yield pb.IngestStreamRequest(library=LIBRARY, document=doc)
 
 
 def _load_peer() -> Any:
@@ -198,7 +155,7 @@ def _life(data: Path, limit: int, deadline_s: float, queries: list[str]) -> tupl
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="ragspine-ingest-bench-") as tmp:
         data_dir = Path(tmp)
-        port, metrics_port = _free_port(), _free_port()
+        port, metrics_port = free_port(), free_port()
         address = f"127.0.0.1:{port}"
         proc = _spawn(data_dir, port, metrics_port, data_dir / "serve.log")
         try:
@@ -207,7 +164,7 @@ def _life(data: Path, limit: int, deadline_s: float, queries: list[str]) -> tupl
             stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
             started = time.monotonic()
             with QueryLoop(stub, queries, deadline_s) as loop:
-                response = stub.IngestStream(_requests(corpus, limit), timeout=3600)
+                response = stub.IngestStream(beir_ingest_requests(corpus, LIBRARY, limit), timeout=3600)
                 ack = time.monotonic()
                 while _pending(stub) > 0:
                     time.sleep(0.1)
@@ -223,14 +180,14 @@ def _life(data: Path, limit: int, deadline_s: float, queries: list[str]) -> tupl
                 ingest_ack_s=ack - started,
                 vectors_ready_s=ready - started,
                 backlog_queries=len(backlog),
-                backlog_p50_ms=_pct(latencies, 0.5),
-                backlog_p99_ms=_pct(latencies, 0.99),
+                backlog_p50_ms=percentile(latencies, 0.5),
+                backlog_p99_ms=percentile(latencies, 0.99),
                 backlog_max_ms=max(latencies, default=float("nan")),
                 backlog_errors=sum(n for status, n in statuses.items() if status not in ("OK", "DEGRADED")),
                 backlog_statuses=statuses,
                 ingest_queries=len(during_ingest),
                 ingest_statuses=_count(s[2] for s in during_ingest),
-                ingest_p99_ms=_pct([s[1] * 1000 for s in during_ingest], 0.99),
+                ingest_p99_ms=percentile([s[1] * 1000 for s in during_ingest], 0.99),
                 backlog_degraded=statuses.get("DEGRADED", 0),
                 backlog_partial_share=(sum(1 for s in backlog if s[3]) / len(backlog)) if backlog else 0.0,
                 first_life_embedded=_embedded_counter(metrics_port),
@@ -250,7 +207,7 @@ def _restart(data_dir: Path, port: int, queries: list[str]) -> dict[str, Any]:
     """A second ``serve all`` on the same data folder: seconds to SERVING and to the first hybrid answer
     that is neither partial nor degraded, and the chunks it embedded."""
     address = f"127.0.0.1:{port}"
-    metrics_port = _free_port()
+    metrics_port = free_port()
     out: dict[str, Any] = {}
     spawned = time.monotonic()
     proc = _spawn(data_dir, port, metrics_port, data_dir / "serve.log")
@@ -351,7 +308,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--data", default=str(SHARED / "scifact"), help="BEIR folder holding corpus.jsonl")
+    parser.add_argument("--data", default=str(SCIFACT), help="BEIR folder holding corpus.jsonl")
     parser.add_argument("--limit", type=int, default=1000, help="documents to ingest (default 1000)")
     parser.add_argument("--deadline-ms", type=float, default=1000.0, help="per-query deadline (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating server/peer rounds (default 3)")

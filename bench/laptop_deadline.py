@@ -23,11 +23,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
+from _common import SCIFACT, beir_ingest_requests, percentile
 
 from ragspine.ingest import iter_beir_jsonl
 from ragspine.settings import Settings
@@ -36,8 +36,6 @@ from ragspine_services._gen import retrieval_pb2_grpc
 from ragspine_services.front.local_models import BoundedEmbedding, ModelCallGate
 from ragspine_services.front.server import build_front_parts, start_front
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 LIBRARY = "scifact"
 
 
@@ -68,20 +66,9 @@ class Slowed:
         return list(self.inner.embed_queries(texts))
 
 
-def _requests(corpus: Path, limit: int) -> Iterator[pb.IngestStreamRequest]:
-    for record in iter_beir_jsonl(corpus, limit=limit):
-        doc = pb.Document(doc_id=record.doc_id, title=record.title, text=record.text)
-        yield pb.IngestStreamRequest(library=LIBRARY, document=doc)
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3 if ordered else 0.0
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--data", default=str(SHARED / "scifact"), help="BEIR folder holding corpus.jsonl")
+    parser.add_argument("--data", default=str(SCIFACT), help="BEIR folder holding corpus.jsonl")
     parser.add_argument("--limit", type=int, default=100, help="documents to ingest (default 100)")
     parser.add_argument("--deadline-ms", type=float, default=200.0, help="per-query deadline (default 200)")
     parser.add_argument("--slow-ms", type=float, default=0.0, help="added to each query embedding (ms)")
@@ -110,7 +97,7 @@ def main() -> int:
         samples: dict[str, list[tuple[float, str]]] = {arm: [] for arm in gates}
         try:
             started = time.monotonic()
-            stub.IngestStream(_requests(corpus, args.limit), timeout=3600)
+            stub.IngestStream(beir_ingest_requests(corpus, LIBRARY, args.limit), timeout=3600)
             ack = time.monotonic()
             i = 0
             while True:
@@ -152,9 +139,10 @@ def main() -> int:
         degraded = sum(1 for _, status in rows if status == "DEGRADED")
         other = sum(1 for _, status in rows if status not in ("OK", "DEGRADED", "DEADLINE_EXCEEDED"))
         p50 = statistics.median(latencies) * 1e3 if latencies else 0.0
+        p99 = percentile(latencies, 0.99, rule="floor", empty=0.0) * 1e3
         print(
             f"  {arm:<10} {len(rows):4d} queries: past the deadline {late}, degraded {degraded}, "
-            f"other errors {other}; p50 {p50:.1f} / p99 {_pct(latencies, 0.99):.1f} / "
+            f"other errors {other}; p50 {p50:.1f} / p99 {p99:.1f} / "
             f"max {max(latencies, default=0.0) * 1e3:.1f} ms"
         )
     return 0

@@ -30,10 +30,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import SCIFACT, alternating
 from embed_rate import passages
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("RAGSPINE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
 @contextmanager
@@ -75,7 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--data", default=str(SHARED / "scifact"), help="BEIR folder holding corpus.jsonl")
+    parser.add_argument("--data", default=str(SCIFACT), help="BEIR folder holding corpus.jsonl")
     parser.add_argument("--limit", type=int, default=200, help="documents to chunk (default 200)")
     parser.add_argument("--passages", type=int, default=300, help="texts per run (default 300)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
@@ -98,10 +96,7 @@ def main() -> None:
             rates: dict[str, list[float]] = {"lean": [], "plain": []}
             outputs: dict[str, Any] = {}
             for r in range(args.rounds):
-                order = (
-                    [("lean", lean), ("plain", plain)] if r % 2 == 0 else [("plain", plain), ("lean", lean)]
-                )
-                for side, fn in order:
+                for side, fn in alternating([("lean", lean), ("plain", plain)], r):
                     t0 = time.perf_counter()
                     outputs[side] = fn(texts)
                     rates[side].append(len(texts) / (time.perf_counter() - t0))

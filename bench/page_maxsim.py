@@ -18,48 +18,22 @@ is printed with the load average, and both must return the same leads (checked o
 
 from __future__ import annotations
 
-import os
+from _common import SeededQueries, random_pages, set_math_threads
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+set_math_threads(1, override=False)
 
 import argparse  # noqa: E402
-import hashlib  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from ragspine.retrieval.visual.maxsim import maxsim_scores  # noqa: E402
 from ragspine.retrieval.visual.page_index import VisualPageIndex  # noqa: E402
 from ragspine.retrieval.visual.page_store import VisualPageStore  # noqa: E402
-from ragspine.retrieval.visual.pages import PageRecord  # noqa: E402
-
-
-class SeededQueries:
-    """Query token vectors seeded by the text; pages are written to the store directly."""
-
-    name = "bench:random"
-
-    def __init__(self, dim: int, tokens: int) -> None:
-        self.dim, self.tokens = dim, tokens
-
-    def embed_queries(self, texts: list[str]) -> list[np.ndarray]:
-        out = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
-            q = np.random.default_rng(seed).standard_normal((self.tokens, self.dim)).astype(np.float32)
-            out.append(q / np.linalg.norm(q, axis=1, keepdims=True))
-        return out
-
-    def embed_pages(self, images: list[Any]) -> list[np.ndarray]:
-        raise RuntimeError("bench pages are written to the store directly")
 
 
 def padded_scorer(query: Any, pages: Any, mask: Any = None, **kwargs: Any) -> np.ndarray:
@@ -69,12 +43,7 @@ def padded_scorer(query: Any, pages: Any, mask: Any = None, **kwargs: Any) -> np
 
 def run(n_pages: int, patches: int, queries: int, rounds: int, k: int) -> dict[str, Any]:
     dim, tokens = 128, 20
-    rng = np.random.default_rng(5)
-    records, blocks = [], []
-    for i in range(n_pages):
-        block = rng.standard_normal((int(rng.integers(patches // 2, patches + 1)), dim)).astype(np.float32)
-        blocks.append(block / np.linalg.norm(block, axis=1, keepdims=True))
-        records.append(PageRecord(f"d{i // 10}", i % 10 + 1, image=None, library="bench"))
+    records, blocks = random_pages(n_pages, patches, dim)
     store = VisualPageStore(":memory:")
     store.put_pages(records, blocks, encoder=SeededQueries.name)
     encoder = SeededQueries(dim, tokens)

@@ -19,26 +19,24 @@ printed (the machine may be shared).
 
 from __future__ import annotations
 
-import os
+import sys
+from pathlib import Path
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import SeededQueries, alternating, set_math_threads
+
+set_math_threads(1, override=False)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from page_maxsim import SeededQueries  # noqa: E402
 
 from ragspine.retrieval.visual.library_pages import LibraryPages  # noqa: E402
 from ragspine.retrieval.visual.page_index import VisualPageIndex  # noqa: E402
@@ -112,8 +110,7 @@ def run(n_pages: int, patches: int, doc_pages: int, rounds: int, k: int) -> dict
             )
             writer.delete_doc(f"d{n_docs - 1 - r % n_docs}", library=LIBRARY)
             query = f"query {r}"
-            order = (("changes", changes), ("reload", reload))
-            for name, reader in order if r % 2 == 0 else order[::-1]:
+            for name, reader in alternating((("changes", changes), ("reload", reload)), r):
                 seconds, leads = _timed(reader, query, k)
                 timings[name].append(seconds)
                 fresh = VisualPageIndex(VisualPageStore(path), encoder, device="cpu")  # type: ignore[arg-type]

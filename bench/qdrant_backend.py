@@ -27,13 +27,13 @@ Usage: python bench/qdrant_backend.py [--data ../shared/data/scifact] [--max-que
 
 from __future__ import annotations
 
-import os
+from _common import SCIFACT, SeededQueries, percentile, random_pages, set_math_threads
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+set_math_threads(1, override=False)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
@@ -55,13 +55,26 @@ from ragspine.retrieval.chunking.types import Chunk  # noqa: E402
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "scifact"
+DEFAULT_DATA = SCIFACT
 WHOLE_DOCUMENT = 1_000_000
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+def _whole_documents(dataset: Any) -> list[Chunk]:
+    """One chunk per document of a BEIR ``dataset`` (title and text), as the footprint and profile runs
+    index them."""
+    return [
+        Chunk(
+            chunk_id=f"{d.doc_id}#c0",
+            doc_id=d.doc_id,
+            seq=0,
+            text=f"{d.title}\n\n{d.text}",
+            source_locator=f"{d.doc_id}#para1-1",
+            para_start=1,
+            para_end=1,
+            title=d.title,
+        )
+        for d in dataset.corpus
+    ]
 
 
 def evaluate(data: Path, settings: Settings, max_queries: int | None) -> dict[str, Any]:
@@ -95,8 +108,8 @@ def evaluate(data: Path, settings: Settings, max_queries: int | None) -> dict[st
             "ndcg_at_10": ndcg / n,
             "recall_at_100": recall / n,
             "queries_per_s": n / sum(latencies),
-            "p50_ms": _quantile(latencies, 0.50) * 1000,
-            "p99_ms": _quantile(latencies, 0.99) * 1000,
+            "p50_ms": percentile(latencies, 0.50, rule="floor") * 1000,
+            "p99_ms": percentile(latencies, 0.99, rule="floor") * 1000,
             "ingest_docs_per_s": docs_per_s,
             "degraded": degraded,
         }
@@ -111,19 +124,7 @@ def footprint(data: Path, embedding: str) -> dict[str, float]:
     from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
 
     dataset = load_beir(data)
-    chunks = [
-        Chunk(
-            chunk_id=f"{d.doc_id}#c0",
-            doc_id=d.doc_id,
-            seq=0,
-            text=f"{d.title}\n\n{d.text}",
-            source_locator=f"{d.doc_id}#para1-1",
-            para_start=1,
-            para_end=1,
-            title=d.title,
-        )
-        for d in dataset.corpus
-    ]
+    chunks = _whole_documents(dataset)
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     local = HybridRetriever(chunks)
@@ -227,52 +228,20 @@ def rss_growth(sizes: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
-class _SeededQueries:
-    """Visual encoder stand-in: a query's token vectors are seeded by its text (the same query gets the
-    same vectors in both backends); pages are written to the store directly."""
-
-    name = "bench:random"
-
-    def __init__(self, dim: int, tokens: int) -> None:
-        self.dim, self.tokens = dim, tokens
-
-    def embed_queries(self, texts: list[str]) -> list[Any]:
-        import hashlib
-
-        import numpy as np
-
-        out = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
-            q = np.random.default_rng(seed).standard_normal((self.tokens, self.dim)).astype(np.float32)
-            out.append(q / np.linalg.norm(q, axis=1, keepdims=True))
-        return out
-
-    def embed_pages(self, images: list[Any]) -> list[Any]:
-        raise RuntimeError("bench pages are written to the store directly")
-
-
 def page_figures(n_pages: int, patches: int, rounds: int, queries: int, k: int = 10) -> dict[str, Any]:
     """MaxSim page retrieval: in-process page index vs the Qdrant pages collection (local mode)."""
-    import numpy as np
     from qdrant_client import QdrantClient
 
     from ragspine.retrieval.qdrant import QdrantConfig
     from ragspine.retrieval.qdrant.pages import QdrantPageIndex
     from ragspine.retrieval.visual.library_pages import LibraryPages
     from ragspine.retrieval.visual.page_store import VisualPageStore
-    from ragspine.retrieval.visual.pages import PageRecord
 
     dim, tokens = 128, 20  # ColPali's width; a typical query's token count
-    rng = np.random.default_rng(5)
-    records, blocks = [], []
-    for i in range(n_pages):
-        block = rng.standard_normal((int(rng.integers(patches // 2, patches + 1)), dim)).astype(np.float32)
-        blocks.append(block / np.linalg.norm(block, axis=1, keepdims=True))
-        records.append(PageRecord(f"d{i // 10}", i % 10 + 1, image=None, library="bench"))
+    records, blocks = random_pages(n_pages, patches, dim)
     store = VisualPageStore(":memory:")  # float16 vectors, the default storage
-    store.put_pages(records, blocks, encoder=_SeededQueries.name)
-    encoder = _SeededQueries(dim, tokens)
+    store.put_pages(records, blocks, encoder=SeededQueries.name)
+    encoder = SeededQueries(dim, tokens)
     in_process = LibraryPages("bench", store, encoder)  # type: ignore[arg-type]
     client = QdrantClient(location=":memory:")
 
@@ -326,19 +295,7 @@ def text_profile(data: Path, queries: int, top_k: int = 300) -> dict[str, Any]:
     from ragspine.retrieval.qdrant import QdrantConfig, QdrantRetriever
 
     dataset = load_beir(data)
-    chunks = [
-        Chunk(
-            chunk_id=f"{d.doc_id}#c0",
-            doc_id=d.doc_id,
-            seq=0,
-            text=f"{d.title}\n\n{d.text}",
-            source_locator=f"{d.doc_id}#para1-1",
-            para_start=1,
-            para_end=1,
-            title=d.title,
-        )
-        for d in dataset.corpus
-    ]
+    chunks = _whole_documents(dataset)
     client = QdrantClient(location=":memory:")
     retriever = QdrantRetriever(chunks, client=client, config=QdrantConfig())
     texts = [text for _, text in dataset.judged_queries()[:queries]]

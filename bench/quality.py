@@ -20,6 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from _common import SHARED_DATA
+
 from ragspine.eval.harness import run_eval
 from ragspine.retrieval.assembly import assemble_index, resolve_embedding
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
@@ -27,7 +29,7 @@ from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.mode import make_retrieval_mode
 from ragspine.settings import Settings
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+DEFAULT_DATA = SHARED_DATA
 
 # row name -> (settings, rerank the top 100 with SPLADE)
 ROWS: dict[str, tuple[Settings, bool]] = {

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from _common import datasets_parser, each_dataset, percentile
 
 from ragspine.agent.decompose import DecomposingRetriever, HeuristicQueryDecomposer, LLMQueryDecomposer
 from ragspine.agent.query_transform import (
@@ -41,7 +42,7 @@ from ragspine.agent.query_transform import (
     StepBackRetriever,
 )
 from ragspine.agent.security_gate import SecurityGate
-from ragspine.eval.beir import BeirDataset, load_beir
+from ragspine.eval.beir import BeirDataset
 from ragspine.eval.harness import ingest_dataset
 from ragspine.eval.metrics import ndcg_at_k
 from ragspine.retrieval.assembly import assemble_index
@@ -54,13 +55,7 @@ from ragspine.retrieval.stage_report import run_base
 from ragspine.settings import Settings
 from tests.agent.llm_server import ScriptedLLMServer
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 TOP_K = 30
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run_row(
@@ -169,22 +164,9 @@ def bench_dataset(dataset: BeirDataset, args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--datasets", default="scifact,cmrc2018_dev")
-    ap.add_argument("--max-queries", type=int, default=200)
-    ap.add_argument("--slow-queries", type=int, default=10)
-    args = ap.parse_args()
-    ran = 0
-    for name in args.datasets.split(","):
-        folder = args.data / name
-        if not folder.is_dir():
-            print(f"skipping {name}: no dataset at {folder}", file=sys.stderr)
-            continue
-        bench_dataset(load_beir(folder), args)
-        ran += 1
-    if not ran:
-        print("no dataset found; pass --data pointing at the shared evaluation sets", file=sys.stderr)
+    args = datasets_parser(__doc__, max_queries=200, slow_queries=10).parse_args()
+    for dataset in each_dataset(args.data, args.datasets.split(",")):
+        bench_dataset(dataset, args)
     return 0
 
 

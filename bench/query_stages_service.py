@@ -18,17 +18,16 @@ Usage: python bench/query_stages_service.py [--data ../shared/data] [--datasets 
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
+from _common import datasets_parser, each_dataset, free_port, percentile
 
-from ragspine.eval.beir import BeirDataset, load_beir
+from ragspine.eval.beir import BeirDataset
 from ragspine.eval.metrics import ndcg_at_k
 from ragspine.retrieval.llm.providers import DeterministicProvider
 from ragspine.settings import Settings
@@ -38,7 +37,6 @@ from ragspine_services.common.auth import OpenAuthenticator
 from ragspine_services.front.server import build_front_parts, start_front
 from tests.agent.llm_server import ScriptedLLMServer
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 TOP_K = 30
 ROWS: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -57,17 +55,6 @@ def scripted_reply(messages: list[dict[str, str]]) -> str:
     """The deterministic provider's answers (stage prompts; the listwise judge ranks passages by query-token
     overlap), served over HTTP; "none" for a prompt it has no answer for."""
     return DeterministicProvider().chat(messages) or "none"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 class Front:
@@ -129,7 +116,7 @@ def run_row(
     return {
         "ndcg": statistics.fmean(ndcgs) if ndcgs else 0.0,
         "p50": statistics.median(latencies) if latencies else 0.0,
-        "p99": percentile(latencies, 0.99),
+        "p99": percentile(latencies, 0.99, rule="floor", empty=0.0),
         "llm": calls / n,
         "deadline": hits / n,
         "late": late / n,
@@ -182,22 +169,9 @@ def bench_dataset(dataset: BeirDataset, args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--datasets", default="scifact,cmrc2018_dev")
-    ap.add_argument("--max-queries", type=int, default=100)
-    ap.add_argument("--slow-queries", type=int, default=10)
-    args = ap.parse_args()
-    ran = 0
-    for name in args.datasets.split(","):
-        folder = args.data / name
-        if not folder.is_dir():
-            print(f"skipping {name}: no dataset at {folder}", file=sys.stderr)
-            continue
-        bench_dataset(load_beir(folder), args)
-        ran += 1
-    if not ran:
-        print("no dataset found; pass --data pointing at the shared evaluation sets", file=sys.stderr)
+    args = datasets_parser(__doc__, max_queries=100, slow_queries=10).parse_args()
+    for dataset in each_dataset(args.data, args.datasets.split(",")):
+        bench_dataset(dataset, args)
     return 0
 
 

@@ -35,17 +35,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import dataset_dir, load_beir
+from _common import best_rates, dataset_dir, load_beir, set_math_threads
 
 MODELS = ("ce-minilm", "ce-base", "colbert")
 PEER_BATCH = 32
 
 Queries = list[tuple[str, list[str]]]  # (query, candidate passages)
-
-
-def _set_threads(threads: int) -> None:
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(threads)
 
 
 def sample_queries(pairs: int, candidates: int, seed: int = 13) -> Queries:
@@ -192,14 +187,15 @@ def _round_robin(
     sides: dict[str, Callable[[], list[float]]], pairs: int, rounds: int
 ) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Best pairs/s per side (each round runs every side once, in turn) and each side's first scores."""
-    best = dict.fromkeys(sides, 0.0)
     first: dict[str, list[float]] = {}
-    for _ in range(max(1, rounds)):
-        for name, work in sides.items():
-            start = time.perf_counter()
-            scores = work()
-            best[name] = max(best[name], pairs / (time.perf_counter() - start))
-            first.setdefault(name, scores)
+
+    def keeping(name: str, work: Callable[[], list[float]]) -> Callable[[], None]:
+        def run() -> None:
+            first.setdefault(name, work())
+
+        return run
+
+    best = best_rates({name: keeping(name, work) for name, work in sides.items()}, pairs, rounds)
     return best, first
 
 
@@ -293,7 +289,7 @@ def main() -> None:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     if args.tiny:
         args.pairs, args.candidates, args.rounds = min(args.pairs, 16), min(args.candidates, 8), 1
-    _set_threads(args.threads)
+    set_math_threads(args.threads)
 
     import torch
 

@@ -23,29 +23,36 @@ Usage: python bench/service.py [--data ../shared/data/scifact] [--queries 300] [
 
 from __future__ import annotations
 
-import os
+from _common import (
+    SCIFACT,
+    alternating,
+    beir_ingest_requests,
+    beir_queries,
+    free_port,
+    latency_summary,
+    load_average,
+    process_cpu_s,
+    set_math_threads,
+    spawn_ragspine,
+    stop_all,
+    wait_serving,
+)
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+set_math_threads(1, override=False)
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import json  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import grpc  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
-from ragspine.ingest import iter_beir_jsonl  # noqa: E402
 from ragspine.retrieval.pipeline import RelevanceStage, RetrievalPipeline, RetrieveRequest  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc  # noqa: E402
@@ -53,61 +60,21 @@ from ragspine_services.client import LocalFront  # noqa: E402
 from ragspine_services.front.libraries import LibraryCatalog  # noqa: E402
 from ragspine_services.front.server import build_front_parts  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "scifact"
+DEFAULT_DATA = SCIFACT
 LIBRARY = "scifact"
 TOP_K = 10
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _queries(data: Path, n: int) -> list[str]:
-    out = []
-    with open(data / "queries.jsonl", encoding="utf-8") as handle:
-        for line in handle:
-            out.append(json.loads(line)["text"])
-    return out[:n]
-
-
 def _ingest(data: Path, data_dir: Path) -> float:
     front = LocalFront(Settings(data_dir=str(data_dir)), load_models=False)
-
-    def messages() -> Iterator[retrieval_pb2.IngestStreamRequest]:
-        for doc in iter_beir_jsonl(data / "corpus.jsonl"):
-            document = retrieval_pb2.Document(doc_id=doc.doc_id, title=doc.title, text=doc.text)
-            yield retrieval_pb2.IngestStreamRequest(library=LIBRARY, document=document)
-
     started = time.perf_counter()
-    front.IngestStream(messages())
+    front.IngestStream(beir_ingest_requests(data / "corpus.jsonl", LIBRARY))
     front.close()
     return time.perf_counter() - started
 
 
 def _stats(latencies_ms: list[float], elapsed_s: float, errors: int) -> dict[str, float]:
-    ordered = sorted(latencies_ms)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] if ordered else float("nan")
-    return {
-        "p50_ms": statistics.median(ordered) if ordered else float("nan"),
-        "p99_ms": p99,
-        "qps": len(ordered) / elapsed_s if elapsed_s else float("nan"),
-        "errors": errors,
-        "n": len(ordered),
-    }
-
-
-_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-
-
-def _process_cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads, also those that have exited; clock
-    ticks, 10 ms on Linux) or of this process (``None``, ``time.process_time``)."""
-    if pid is None:
-        return time.process_time()
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14 and 15 of stat)
+    return {**latency_summary(latencies_ms, elapsed_s, errors), "n": len(latencies_ms)}
 
 
 def _timed(call: Any, queries: list[str]) -> list[float]:
@@ -158,13 +125,12 @@ def interleaved(
         cpu = {(name, who): 0.0 for name in calls for who in pids}
         for r in range(rounds):
             chunk = queries[r * block : (r + 1) * block]
-            order = list(calls) if r % 2 == 0 else list(reversed(calls))
             medians = {}
-            for name in order:
-                before = {who: _process_cpu_s(pid) for who, pid in pids.items()}
+            for name in alternating(calls, r):
+                before = {who: process_cpu_s(pid) for who, pid in pids.items()}
                 values = _timed(calls[name], chunk)
                 for who, pid in pids.items():
-                    cpu[name, who] += _process_cpu_s(pid) - before[who]
+                    cpu[name, who] += process_cpu_s(pid) - before[who]
                 latencies[name] += values
                 medians[name] = statistics.median(values)
             costs.append(medians["grpc c=1"] - medians["in-process"])
@@ -209,24 +175,6 @@ async def over_grpc(address: str, queries: list[str], concurrency: int, total: i
         return _stats(latencies, time.perf_counter() - started, errors)
 
 
-def _wait_serving(address: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with grpc.insecure_channel(address) as channel:
-            try:
-                status = (
-                    health_pb2_grpc.HealthStub(channel)
-                    .Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    .status
-                )
-            except grpc.RpcError:
-                status = None
-        if status == health_pb2.HealthCheckResponse.SERVING:
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"{address} did not become SERVING")
-
-
 def _wait_vectors(address: str, timeout: float = 900.0) -> None:
     """Wait until the front's answers are no longer partial: every chunk has its vectors (the backlog
     drain would otherwise compete with the measured queries)."""
@@ -240,38 +188,34 @@ def _wait_vectors(address: str, timeout: float = 900.0) -> None:
             time.sleep(1.0)
 
 
-def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    handle = log.open("wb")
-    return subprocess.Popen(
-        [sys.executable, "-m", "ragspine", *args], env={**os.environ, **env}, stdout=handle, stderr=handle
-    )
-
-
 def run_setup(
     name: str, data_dir: Path, queries: list[str], levels: list[int], total: int, rounds: int
 ) -> dict[str, Any]:
     hybrid = name == "split-hybrid"
     common = {"RAGSPINE_DATA_DIR": str(data_dir), "RAGSPINE_RERANKER": "none"}
     procs = []
-    front_port = _free_port()
+    front_port = free_port()
     if hybrid:
-        worker_port = _free_port()
+        worker_port = free_port()
         env = {**common, "RAGSPINE_EMBEDDING": "deterministic"}
-        procs.append(_spawn(["serve", "worker", "--port", str(worker_port)], env, data_dir / "worker.log"))
+        worker_args = ["serve", "worker", "--port", str(worker_port)]
+        procs.append(spawn_ragspine(worker_args, env, data_dir / "worker.log"))
         front_env = {
             **env,
             "RAGSPINE_RETRIEVAL_MODE": "hybrid",
             "RAGSPINE_WORKER_ADDRESS": f"127.0.0.1:{worker_port}",
         }
-        procs.append(_spawn(["serve", "front", "--port", str(front_port)], front_env, data_dir / "front.log"))
+        procs.append(
+            spawn_ragspine(["serve", "front", "--port", str(front_port)], front_env, data_dir / "front.log")
+        )
         settings = Settings(data_dir=str(data_dir), retrieval_mode="hybrid", embedding="deterministic")
     else:
         env = {**common, "RAGSPINE_RETRIEVAL_MODE": "economy"}
-        procs.append(_spawn(["serve", "all", "--port", str(front_port)], env, data_dir / "all.log"))
+        procs.append(spawn_ragspine(["serve", "all", "--port", str(front_port)], env, data_dir / "all.log"))
         settings = Settings(data_dir=str(data_dir), retrieval_mode="economy")
     try:
         address = f"127.0.0.1:{front_port}"
-        _wait_serving(address)
+        wait_serving(address, timeout=120.0, poll_s=0.2, reconnect=True)
         rows: dict[str, Any] = {}
         if hybrid:
             _wait_vectors(address)
@@ -294,10 +238,7 @@ def run_setup(
             rows[f"grpc c={level}"] = asyncio.run(over_grpc(address, queries, level, total))
         return rows
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(30)
+        stop_all(procs)
 
 
 def main() -> None:
@@ -309,7 +250,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="alternating in-process / gRPC c=1 rounds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    queries = _queries(args.data, args.queries)
+    queries = beir_queries(args.data, args.queries)
     levels = [int(x) for x in args.levels.split(",")]
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="ragspine-bench-") as tmp:
@@ -321,7 +262,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    loads = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    loads = load_average()
     for setup, rows in results.items():
         inter = rows.pop("interleaved")
         label = "in-process+worker" if setup == "split-hybrid" else "in-process"

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -44,7 +43,7 @@ for _path in (REPO_ROOT, REPO_ROOT / "services"):
         sys.path.insert(0, str(_path))
 
 import grpc  # noqa: E402
-from _common import free_port, wait_serving  # noqa: E402
+from _common import free_port, percentile, spawn_ragspine, wait_serving  # noqa: E402
 
 from ragspine_services._gen import retrieval_pb2 as pb  # noqa: E402
 from ragspine_services._gen import retrieval_pb2_grpc  # noqa: E402
@@ -69,14 +68,6 @@ def rss_mb(pid: int) -> float:
     except OSError:
         pass
     return 0.0
-
-
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    handle = log.open("ab")
-    full_env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'services'}", **env}
-    return subprocess.Popen(
-        [sys.executable, "-m", "ragspine", *args], env=full_env, stdout=handle, stderr=handle, cwd=REPO_ROOT
-    )
 
 
 def sample_documents() -> list[pb.Document]:
@@ -155,13 +146,6 @@ def rss_slope(series: list[tuple[float, float, float]], *, skip_fraction: float 
     if var == 0:
         return None
     return sum((t - mean_t) * (m - mean_m) for t, m in points) / var
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 PHASES = ("large", "health", "libraries", "faults")
@@ -243,14 +227,14 @@ def fault_phase(args: argparse.Namespace) -> dict[str, Any]:
     worker_port, front_port = free_port(), free_port()
     common = {"RAGSPINE_EMBEDDING": "deterministic", "RAGSPINE_WORKER_TOKEN": "soak-token"}
     worker_args = ["serve", "worker", "--port", str(worker_port)]
-    worker = spawn(worker_args, common, scratch / "worker.log")
+    worker = spawn_ragspine(worker_args, common, scratch / "worker.log")
     front_env = {
         **common,
         "RAGSPINE_DATA_DIR": str(scratch / "data"),
         "RAGSPINE_RETRIEVAL_MODE": "hybrid",
         "RAGSPINE_WORKER_ADDRESS": f"127.0.0.1:{worker_port}",
     }
-    front = spawn(["serve", "front", "--port", str(front_port)], front_env, scratch / "front.log")
+    front = spawn_ragspine(["serve", "front", "--port", str(front_port)], front_env, scratch / "front.log")
     address = f"127.0.0.1:{front_port}"
     stats = Stats()
     stop = threading.Event()
@@ -294,7 +278,7 @@ def fault_phase(args: argparse.Namespace) -> dict[str, Any]:
                         worker.kill()
                         worker.wait(10)
                     elif step == "restart":
-                        worker = spawn(worker_args, common, scratch / "worker.log")
+                        worker = spawn_ragspine(worker_args, common, scratch / "worker.log")
                         wait_serving(f"127.0.0.1:{worker_port}", "ragspine.v1.ModelWorkerService")
                         stats.phase = "healthy"
                         events.append((round(time.monotonic() - started, 1), "worker serving"))
@@ -333,7 +317,7 @@ def fault_phase(args: argparse.Namespace) -> dict[str, Any]:
         "latency_ms": {
             rpc: {
                 "p50": round(statistics.median(values) * 1e3, 1),
-                "p99": round(percentile(values, 0.99) * 1e3, 1),
+                "p99": round(percentile(values, 0.99, rule="floor", empty=0.0) * 1e3, 1),
                 "max": round(max(values) * 1e3, 1),
             }
             for rpc, values in sorted(stats.latency.items())

@@ -26,16 +26,9 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from _common import REPO_ROOT, dataset_dir, load_beir, mean_ndcg, pin_single_thread
+from _common import REPO_ROOT, dataset_dir, load_beir, mean_ndcg, percentile, pin_single_thread
 
 REPLICA_SCRIPT = REPO_ROOT / "tests" / "postgres" / "replica_proc.py"
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
-    ordered = sorted(values)
-    rank = max(1, round(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 def run_backend(label: str, store: Any, docs: list[Any], queries: list[tuple[str, str]]) -> dict[str, Any]:
@@ -57,8 +50,8 @@ def run_backend(label: str, store: Any, docs: list[Any], queries: list[tuple[str
     return {
         "label": label,
         "docs_per_s": len(docs) / ingest_s,
-        "p50_ms": percentile(latencies, 50) * 1000,
-        "p99_ms": percentile(latencies, 99) * 1000,
+        "p50_ms": percentile(latencies, 0.5, rule="rank") * 1000,
+        "p99_ms": percentile(latencies, 0.99, rule="rank") * 1000,
         "run": run,
         "chunks": store.count(),
     }
@@ -166,9 +159,10 @@ def main() -> int:
         f"identical rankings: {sq['run'] == pg_r['run']}"
     )
     if seconds:
+        p50, p99 = (percentile(seconds, q, rule="rank") * 1000 for q in (0.5, 0.99))
         print(
             f"replica convergence (ingest on A -> served by B), {len(seconds)} trials: "
-            f"p50 {percentile(seconds, 50) * 1000:.1f} ms, p99 {percentile(seconds, 99) * 1000:.1f} ms, "
+            f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
             f"max {max(seconds) * 1000:.1f} ms, mean {statistics.fmean(seconds) * 1000:.1f} ms; "
             f"observations mixing two versions: {mixed}"
         )

@@ -37,10 +37,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,14 +51,23 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from _common import (
+    REPO_ROOT,
+    SCIFACT,
+    free_port,
+    load_average,
+    percentile,
+    spawn_ragspine,
+    stop_all,
+    wait_serving,
+)
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "scifact"
-SAMPLE = Path(__file__).resolve().parent.parent / "ragspine" / "data" / "sample_corpus"
+DEFAULT_DATA = SCIFACT
+SAMPLE = REPO_ROOT / "ragspine" / "data" / "sample_corpus"
 
 
 class _Sink(trace_service_pb2_grpc.TraceServiceServicer):
@@ -74,24 +81,8 @@ class _Sink(trace_service_pb2_grpc.TraceServiceServicer):
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait(address: str, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.2)
-    raise RuntimeError(f"{address} did not become SERVING")
+def _wait(address: str) -> None:
+    wait_serving(address, timeout=180.0, poll_s=0.2)
 
 
 def _corpus(data: Path | None, docs: int) -> tuple[list[Any], list[str]]:
@@ -155,33 +146,21 @@ def _collector_main() -> int:
 def _setup(data_dir: Path, env: dict[str, str]) -> Iterator[Any]:
     """A real worker and front (subprocesses, loopback) over ``data_dir``; yields a Retrieve stub (its
     ``pids`` attribute lists both processes)."""
-    worker_port, front_port = _free_port(), _free_port()
-    base = {**os.environ, **env}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "ragspine", "serve", "worker", "--port", str(worker_port)],
-            env=base,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
+    worker_port, front_port = free_port(), free_port()
+    procs = [spawn_ragspine(["serve", "worker", "--port", str(worker_port)], env)]
     try:
         _wait(f"127.0.0.1:{worker_port}")
-        front_env = {**base, "RAGSPINE_RETRIEVAL_MODE": "hybrid"}
-        cmd = [sys.executable, "-m", "ragspine", "serve", "front", "--port", str(front_port)]
-        cmd += ["--data-dir", str(data_dir), "--worker-address", f"127.0.0.1:{worker_port}"]
-        procs.append(
-            subprocess.Popen(cmd, env=front_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        )
+        front_env = {**env, "RAGSPINE_RETRIEVAL_MODE": "hybrid"}
+        args = ["serve", "front", "--port", str(front_port)]
+        args += ["--data-dir", str(data_dir), "--worker-address", f"127.0.0.1:{worker_port}"]
+        procs.append(spawn_ragspine(args, front_env))
         _wait(f"127.0.0.1:{front_port}")
         with grpc.insecure_channel(f"127.0.0.1:{front_port}") as channel:
             stub: Any = retrieval_pb2_grpc.RetrievalServiceStub(channel)
             stub.pids = [proc.pid for proc in procs]
             yield stub
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-            proc.wait(timeout=30)
+        stop_all(reversed(procs))
 
 
 def _request(query: str) -> Any:
@@ -220,15 +199,7 @@ def _timed(stub: Any, queries: list[str], flags: str | None = None) -> list[floa
 
 
 def _summary(latencies: list[float]) -> dict[str, float]:
-    ordered = sorted(latencies)
-    return {"p50_ms": statistics.median(ordered), "p99_ms": ordered[int(0.99 * (len(ordered) - 1))]}
-
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:  # pragma: no cover - platforms without getloadavg
-        return "n/a"
+    return {"p50_ms": statistics.median(latencies), "p99_ms": percentile(latencies, 0.99, rule="lower")}
 
 
 def _bootstrap_median(values: list[float], resamples: int = 2000) -> tuple[float, float]:
@@ -453,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be >= 4, --per-round, --queries and --deployments >= 1")
     documents, queries = _corpus(args.data if args.data.is_dir() else None, args.docs)
     queries = queries[: args.queries]
-    loads = [_load()]
+    loads = [load_average()]
     collector = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--collector"],
         stdin=subprocess.PIPE,
@@ -520,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.5)  # the last batch reaches the collector
             export_cpu = _cpu_s(traced_pids, export=True) - export_before
             collector_cpu = _cpu_s([collector.pid]) - collector_before
-            loads.append(_load())
+            loads.append(load_average())
     collector.stdin.close()
     spans = int(collector.stdout.readline() or 0)
     collector.wait(timeout=30)
