@@ -48,7 +48,7 @@ CORES = sorted(os.sched_getaffinity(0))
 # Where the machine has two cores or more: the server on the first, the flood (at a lower priority) on
 # the last, so the figures are the server's and not the load generator's.
 SERVER_CORE = ["taskset", "-c", str(CORES[0])] if len(CORES) > 1 else []
-CLIENT_CORE = [*(["taskset", "-c", str(CORES[-1])] if len(CORES) > 1 else []), "nice", "-n", "10"]
+CLIENT_CORE = ["taskset", "-c", str(CORES[-1])] if len(CORES) > 1 else []
 FLOOD_WORDS = [f"w{i}" for i in range(3000)]  # bench/flood.py draws its queries from the same words
 
 

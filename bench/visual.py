@@ -115,7 +115,7 @@ def visual_run(corpus: list[dict], queries: dict[str, str], data: Path, workdir:
     from ragspine.retrieval.visual.encoders import ColQwen2Encoder
     from ragspine.retrieval.visual.page_index import VisualPageIndex
     from ragspine.retrieval.visual.pages import PageRecord
-    from ragspine.retrieval.visual.random_models import save_tiny_model
+    from tests.visual.random_models import save_tiny_model
 
     torch.set_num_threads(2)
     model_dir = save_tiny_model("colqwen2", workdir / "tiny-colqwen2", embedding_dim=128)

@@ -26,9 +26,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ragspine.retrieval.visual import random_models  # noqa: E402
 from ragspine.retrieval.visual.encoders import ColPaliEncoder, ColQwen2Encoder, resolve_device  # noqa: E402
 from ragspine.retrieval.visual.maxsim import maxsim_scores  # noqa: E402
+from tests.visual import random_models  # noqa: E402
 
 QUERIES = [
     "What is the FY2018 capital expenditure amount (in USD millions) for 3M?",

@@ -26,12 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from ragspine.retrieval.pipeline.catalog import LibraryCatalog
     from ragspine.retrieval.qdrant.connection import IndexUnavailableError
     from ragspine.retrieval.reindex import reindex_library, reindex_pages
     from ragspine.settings import Settings
     from ragspine.stores.pg_libraries import library_schema
     from ragspine_services.common.errors import NotFoundError
-    from ragspine_services.front.libraries import LibraryCatalog
 
     settings = Settings.from_env(data_dir=args.data_dir)
     catalog = LibraryCatalog(settings)

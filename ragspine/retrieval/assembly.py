@@ -157,11 +157,13 @@ def assemble_index(
     if weight:
         kwargs["doc_weight"] = weight
     if choice(settings.chunker, default="default") != "default":
-        from ragspine.retrieval.chunking.factory import make_chunker
+        from ragspine.retrieval.chunking.chunker import make_chunker
 
         # The semantic chunker reuses the index's embedding backend instead of loading a second model.
         chunker_kwargs = {"embedding_backend": backend} if backend is not None else {}
-        kwargs["chunker"] = make_chunker(settings.chunker, settings=settings, **chunker_kwargs)
+        chunker = make_chunker(settings.chunker, settings=settings, **chunker_kwargs)
+        if chunker is not None:
+            kwargs["chunker"] = chunker
     factory = retriever_factory(settings, library=vector_namespace or "default")
     if factory is not None:  # RAGSPINE_INDEX_BACKEND=qdrant: the index lives in the library's collection
         kwargs["retriever_factory"] = factory

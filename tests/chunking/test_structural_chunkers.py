@@ -370,10 +370,10 @@ def test_third_party_chunkers_register_by_entry_point(monkeypatch: pytest.Monkey
     assert "upper" in chunker_names()
     with pytest.raises(ValueError, match="no chunk"):
         make_chunker("broken")
-    # The service's factory turns it into the callable NarrativeIndex expects.
-    from ragspine.retrieval.chunking.factory import make_chunker as make_chunker_fn
+    # A chunker with only chunk() becomes the callable an index calls.
+    from ragspine.retrieval.chunking.chunker import as_chunk_fn
 
-    fn = make_chunker_fn("upper")
+    fn = as_chunk_fn(make_chunker("upper"))
     assert len(fn("A.\n\nB.", META)) == 1
 
 

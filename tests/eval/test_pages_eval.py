@@ -55,7 +55,7 @@ def test_page_eval_scores_text_visual_and_fused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("torch")
-    from ragspine.retrieval.visual.random_models import save_tiny_model
+    from tests.visual.random_models import save_tiny_model
 
     model = save_tiny_model("colqwen2", tmp_path / "tiny-colqwen2", embedding_dim=16)
     monkeypatch.setenv("RAGSPINE_VISUAL_EMBEDDER", "colqwen2")
@@ -101,8 +101,8 @@ def test_page_eval_on_qdrant_searches_the_pages_collection_with_the_same_figures
     pytest.importorskip("qdrant_client")
     from ragspine.retrieval.index_backend import qdrant_config, shared_client
     from ragspine.retrieval.qdrant.pages import QdrantPageIndex
-    from ragspine.retrieval.visual.random_models import save_tiny_model
     from ragspine.settings import Settings
+    from tests.visual.random_models import save_tiny_model
 
     model = save_tiny_model("colqwen2", tmp_path / "tiny-colqwen2", embedding_dim=16)
     monkeypatch.setenv("RAGSPINE_VISUAL_EMBEDDER", "colqwen2")

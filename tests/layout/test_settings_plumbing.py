@@ -26,10 +26,7 @@ from ragspine.graph.narrative import make_narrative_graph
 from ragspine.graph.store import make_graph_store
 from ragspine.retrieval.assembly import assemble_index
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
-from ragspine.retrieval.chunking.chunker import DefaultChunker
-from ragspine.retrieval.chunking.chunker import make_chunker as make_named_chunker
-from ragspine.retrieval.chunking.chunking import chunk_document
-from ragspine.retrieval.chunking.factory import make_chunker
+from ragspine.retrieval.chunking.chunker import DefaultChunker, make_chunker
 from ragspine.retrieval.contextual import make_index_text_fn
 from ragspine.retrieval.corrective import make_corrective_retriever
 from ragspine.retrieval.filtering.automatic import ControlledVocabFilterExtractor, make_filter_extractor
@@ -103,7 +100,7 @@ def test_blank_means_each_selectors_default(no_env: None) -> None:
     assert make_embedding_backend("", settings=Settings()) is None
     assert make_reranker("", settings=Settings()) is None
     assert isinstance(make_vector_store("", settings=Settings()), InProcessVectorStore)
-    assert make_chunker("", settings=Settings()) is chunk_document
+    assert make_chunker("", settings=Settings()) is None  # blank: the caller's default (chunk_document)
     assert make_library_router("", settings=Settings()) is None
     assert make_visual_encoder("", settings=Settings()) is None
 
@@ -130,7 +127,7 @@ def test_factories_take_everything_from_the_settings_given(no_env: None) -> None
     assert isinstance(make_filter_extractor(settings=s), ControlledVocabFilterExtractor)
     assert isinstance(make_llm_provider(settings=s), DeterministicProvider)
     assert isinstance(make_vector_store(settings=s), InProcessVectorStore)
-    assert make_chunker(settings=s) is chunk_document
+    assert isinstance(make_chunker(settings=s), DefaultChunker)
     assert make_reranker(settings=s) is None
     assert make_visual_encoder(settings=s) is None
 
@@ -162,8 +159,7 @@ BASE = _Base()
 UNSET_FACTORIES: dict[str, tuple[Any, Any]] = {
     "retrieval_mode": (lambda: make_retrieval_mode().name, "auto"),
     "vector_store": (lambda: type(make_vector_store()), InProcessVectorStore),
-    "chunker": (lambda: make_chunker(), chunk_document),
-    "chunker (seam)": (lambda: type(make_named_chunker()), DefaultChunker),
+    "chunker": (lambda: type(make_chunker()), DefaultChunker),
     "contextual": (lambda: make_index_text_fn(), None),
     "reranker": (lambda: make_reranker(), None),
     "library_router": (lambda: make_library_router(), None),
@@ -240,8 +236,7 @@ def _with_settings(kind: str, s: Settings) -> Any:
     calls: dict[str, Any] = {
         "retrieval_mode": lambda: make_retrieval_mode(settings=s).name,
         "vector_store": lambda: type(make_vector_store(settings=s)),
-        "chunker": lambda: make_chunker(settings=s),
-        "chunker (seam)": lambda: type(make_named_chunker(settings=s)),
+        "chunker": lambda: type(make_chunker(settings=s)),
         "contextual": lambda: make_index_text_fn(settings=s),
         "reranker": lambda: make_reranker(settings=s),
         "library_router": lambda: make_library_router(settings=s),

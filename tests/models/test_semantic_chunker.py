@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
+from ragspine.retrieval.chunking.chunker import DefaultChunker, make_chunker
 from ragspine.retrieval.chunking.chunking import chunk_document
-from ragspine.retrieval.chunking.factory import make_chunker
-from ragspine.retrieval.chunking.semantic import SemanticChunker
+from ragspine.retrieval.chunking.semantic import SemanticSplitter as SemanticChunker
+from ragspine.retrieval.chunking.semantic_chunker import SemanticChunker as PublishedSemanticChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, para_locator
 from ragspine.settings import Settings
 
@@ -154,17 +155,17 @@ def test_a_backend_returning_too_few_vectors_is_an_error() -> None:
         SemanticChunker(Short())(DOC, META)
 
 
-def test_make_chunker(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RAGSPINE_CHUNKER", raising=False)
-    assert make_chunker() is chunk_document
-    assert make_chunker("Default") is chunk_document
+def test_make_chunker() -> None:
+    # One factory: the default is the paragraph packer behind the Chunker protocol (same chunks).
+    assert isinstance(make_chunker(), DefaultChunker) and isinstance(make_chunker("Default"), DefaultChunker)
+    assert make_chunker("default")(DOC, META) == chunk_document(DOC, META)  # type: ignore[misc]
     backend = TopicEmbedding()
     chunker = make_chunker("semantic", embedding_backend=backend, breakpoint_percentile=50)
-    assert isinstance(chunker, SemanticChunker) and chunker.embedding_backend is backend
+    assert isinstance(chunker, PublishedSemanticChunker) and chunker.embedder is backend
+    assert chunker(DOC, META) == SemanticChunker(backend, breakpoint_percentile=50)(DOC, META)
     chosen = Settings.from_env({"RAGSPINE_CHUNKER": "semantic"})
-    assert isinstance(make_chunker(settings=chosen, embedding_backend=backend), SemanticChunker)
-    monkeypatch.setenv("RAGSPINE_CHUNKER", "semantic")
-    assert make_chunker(embedding_backend=backend) is chunk_document  # no settings: the default
+    assert isinstance(make_chunker(settings=chosen, embedding_backend=backend), PublishedSemanticChunker)
+    assert isinstance(make_chunker(embedding_backend=backend), DefaultChunker)  # no settings: the default
     with pytest.raises(ValueError, match="default, semantic"):
         make_chunker("paragraphs")
 
@@ -173,8 +174,10 @@ def test_semantic_without_any_embedding_model_names_the_extra(monkeypatch: pytes
     from ragspine.retrieval.vector import embedding_backends
 
     monkeypatch.setattr(embedding_backends, "make_embedding_backend", lambda spec=None, **kw: None)
+    chunker = make_chunker("semantic")  # built without loading anything; the model is found at first use
+    assert chunker is not None
     with pytest.raises(ImportError, match=r"ragspine\[models\]"):
-        make_chunker("semantic")
+        chunker.chunk(DOC, META)
 
 
 @pytest.mark.slow
@@ -183,8 +186,8 @@ def test_semantic_default_backend_is_the_packaged_onnx_model() -> None:
     from ragspine.models.dense import OnnxEmbeddingBackend
 
     chunker = make_chunker("semantic", breakpoint_percentile=50)
-    assert isinstance(chunker, SemanticChunker)
-    assert isinstance(chunker.embedding_backend, OnnxEmbeddingBackend)
-    chunks = chunker(DOC, META)
+    assert isinstance(chunker, PublishedSemanticChunker)
+    chunks = chunker(DOC, META)  # type: ignore[operator]
+    assert isinstance(chunker.embedder, OnnxEmbeddingBackend)
     assert_chunk_contract(chunks, DOC, META, 480)
     assert len(chunks) >= 2  # three unrelated topics are not one chunk at the median breakpoint

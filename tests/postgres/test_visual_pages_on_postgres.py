@@ -22,7 +22,6 @@ pytest.importorskip("pypdfium2")
 
 from ragspine.retrieval.visual.encoders import ColQwen2Encoder
 from ragspine.retrieval.visual.page_index import VisualPageIndex
-from ragspine.retrieval.visual.random_models import save_tiny_model
 from ragspine.settings import Settings
 from ragspine.stores.embedded_pg import EmbeddedPostgres
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc
@@ -33,6 +32,7 @@ from ragspine_services.worker.server import start_worker
 from tests.postgres.test_front_on_postgres import _drop_database, _fresh_database
 from tests.service.helpers import free_port
 from tests.service.test_visual_service import DPI, OPEN_PAGES, RecordingVisual
+from tests.visual.random_models import save_tiny_model
 from tests.visual.visual_helpers import make_text_pdf
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

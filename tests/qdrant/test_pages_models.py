@@ -22,8 +22,8 @@ from ragspine.retrieval.visual.factory import make_visual_encoder
 from ragspine.retrieval.visual.library_pages import LibraryPages
 from ragspine.retrieval.visual.page_store import VisualPageStore
 from ragspine.retrieval.visual.pages import render_pdf_pages
-from ragspine.retrieval.visual.random_models import save_tiny_model
 from ragspine.settings import Settings
+from tests.visual.random_models import save_tiny_model
 from tests.visual.visual_helpers import make_text_pdf
 
 pytestmark = pytest.mark.slow

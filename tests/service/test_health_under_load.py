@@ -41,6 +41,8 @@ def test_reverse_proof_unbounded_heavy_calls_keep_health_waiting(tmp_path: Path)
     unbounded = {"RAGSPINE_MAX_HEAVY_RETRIEVES": "16", "RAGSPINE_MAX_QUEUED_CALLS": "64"}
     with limits.serve(tmp_path, unbounded, pinned=True) as (_proc, address):
         limits.fill_library(address)
-        health = limits.health_under_flood(address, 8.0)["health_ms"]
+        # The same flood at full priority and with more clients: the old behaviour shows whatever else
+        # the machine is doing.
+        health = limits.health_under_flood(address, 8.0, clients=48, nice=0)["health_ms"]
     # The slowest check (what a liveness probe with a timeout trips on) is past the bound.
     assert max(health) > BOUND_MS, sorted(health)[-5:]

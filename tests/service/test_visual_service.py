@@ -27,7 +27,6 @@ from ragspine.retrieval.pipeline import ingest as ingest_module
 from ragspine.retrieval.visual.encoders import ColQwen2Encoder
 from ragspine.retrieval.visual.library_pages import PreparedPages
 from ragspine.retrieval.visual.pages import render_pdf_pages
-from ragspine.retrieval.visual.random_models import save_tiny_model
 from ragspine.settings import Settings
 from ragspine_services._gen import model_worker_pb2, model_worker_pb2_grpc, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.front import pages as front_pages
@@ -36,6 +35,7 @@ from ragspine_services.worker.models import ModelFactories, ModelRegistry
 from ragspine_services.worker.server import start_worker
 from ragspine_services.worker.visual import encode_png
 from tests.service.helpers import SAMPLE, free_port
+from tests.visual.random_models import save_tiny_model
 from tests.visual.visual_helpers import make_image_only_pdf, make_text_pdf
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ from ragspine.retrieval.visual.fusion import to_visual_results
 from ragspine.retrieval.visual.page_index import VisualPageIndex
 from ragspine.retrieval.visual.page_store import VisualPageStore
 from ragspine.retrieval.visual.pages import render_pdf_pages
-from ragspine.retrieval.visual.random_models import save_tiny_model
 from ragspine.settings import Settings
+from tests.visual.random_models import save_tiny_model
 
 pytestmark = pytest.mark.slow
 FAMILIES = {"colqwen2": ColQwen2Encoder, "colpali": ColPaliEncoder}
@@ -104,7 +104,7 @@ def test_a_model_built_in_memory_encodes_like_the_saved_one(tmp_path) -> None:
     import torch
     from transformers import ColQwen2ForRetrieval
 
-    from ragspine.retrieval.visual import random_models
+    from tests.visual import random_models
 
     saved = ColQwen2Encoder(
         save_tiny_model("colqwen2", tmp_path / "m", embedding_dim=16, seed=3), device="cpu"

@@ -2,7 +2,7 @@
 
 colpali_engine checkpoints differ from the transformers-native ``*-hf`` ones: the config is the backbone's
 (``qwen2_vl`` / ``paligemma``) and published models such as ``vidore/colqwen2-v1.0`` are PEFT adapters over
-a base checkpoint. The backbone sizes come from ``ragspine.retrieval.visual.random_models`` (one layer
+a base checkpoint. The backbone sizes come from ``tests.visual.random_models`` (one layer
 each side, a character tokenizer), so only the wrapper classes differ from the transformers-native tests.
 Imports of colpali_engine happen inside the functions: this module must import where it is missing.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ragspine.retrieval.visual import random_models
+from tests.visual import random_models
 
 FAMILIES = ("colqwen2", "colpali")
 

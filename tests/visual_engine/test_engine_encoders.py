@@ -24,7 +24,7 @@ from ragspine.retrieval.visual.maxsim import maxsim_scores
 from ragspine.retrieval.visual.page_index import VisualPageIndex
 from ragspine.retrieval.visual.page_store import VisualPageStore
 from ragspine.retrieval.visual.pages import PageRecord
-from ragspine.retrieval.visual.random_models import save_tiny_model
+from tests.visual.random_models import save_tiny_model
 
 ENCODERS: dict[str, type[ColQwen2Encoder] | type[ColPaliEncoder]] = {
     "colqwen2": ColQwen2Encoder,

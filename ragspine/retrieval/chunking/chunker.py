@@ -30,6 +30,7 @@ __all__ = [
     "CHUNKER_NAMES",
     "Chunker",
     "DefaultChunker",
+    "as_chunk_fn",
     "chunker_names",
     "make_chunker",
 ]
@@ -135,3 +136,13 @@ def make_chunker(spec: str | None = None, **kwargs: Any) -> Chunker | None:
     if not callable(getattr(chunker, "chunk", None)):
         raise ValueError(f"chunker {name!r} built a {type(chunker).__name__}, which has no chunk() method")
     return chunker
+
+
+def as_chunk_fn(chunker: Any) -> Callable[..., list[Chunk]]:
+    """A chunker (``make_chunker``'s result, or a plain function) as the callable an index calls:
+    ``None`` -> ``chunk_document``; a ``Chunker`` that is not callable -> its bound ``chunk``."""
+    if chunker is None:
+        return chunk_document
+    if callable(chunker):
+        return chunker
+    return chunker.chunk

@@ -61,8 +61,9 @@ def sentence_units(text: str, max_chars: int) -> list[tuple[int, int, int]]:
     return units
 
 
-class SemanticChunker:
-    """A chunker with ``chunk_document``'s signature that places boundaries by embedding similarity.
+class SemanticSplitter:
+    """The semantic splitting algorithm behind ``semantic_chunker.SemanticChunker`` (the one semantic
+    chunker users build), with ``chunk_document``'s signature: boundaries placed by embedding similarity.
 
     ``embedding_backend`` embeds sentences (passage side). ``breakpoint_percentile`` (0-100): higher means
     fewer, larger chunks; ``max_chars`` is the default budget when a call does not pass one. Raises

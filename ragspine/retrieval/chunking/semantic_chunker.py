@@ -9,7 +9,7 @@ first ``chunk`` call resolves one through ``make_embedding_backend("auto")`` (th
 from __future__ import annotations
 
 from ragspine.retrieval.chunking.chunking import validate_chunk_args
-from ragspine.retrieval.chunking.semantic import SemanticChunker as _SemanticSplitter
+from ragspine.retrieval.chunking.semantic import SemanticSplitter as _SemanticSplitter
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
 from ragspine.retrieval.seams import EmbeddingBackend as _Embedder

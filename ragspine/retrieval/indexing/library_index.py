@@ -25,6 +25,7 @@ from ragspine.common.sensitivity import (
     effective_sensitivity,
 )
 from ragspine.ingest.limits import check_chunk_count
+from ragspine.retrieval.chunking.chunker import as_chunk_fn
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.model_free import chunker_for
 from ragspine.retrieval.chunking.store_protocol import VersionedChunkStore
@@ -150,7 +151,7 @@ class LibraryIndex:
         self.rerank_top_n = validate_top_k(rerank_top_n, name="rerank_top_n")
         self.filter_extractor = filter_extractor
         self.sensitivity_policy = sensitivity_policy or SensitivityPolicy()
-        self.chunker: ChunkFn = chunker if chunker is not None else chunk_document
+        self.chunker: ChunkFn = chunk_document if chunker is None else as_chunk_fn(chunker)
         self.defer_vectors = defer_vectors
         # Called (with no lock held) whenever new chunks await vectors; a drainer sets it to its wake-up.
         self.on_backlog: Callable[[], None] | None = None
@@ -272,9 +273,12 @@ class LibraryIndex:
         key = name.strip().lower()
         built = self._named_chunkers.get(key)
         if built is None:
-            from ragspine.retrieval.chunking.factory import make_chunker
+            from ragspine.retrieval.chunking.chunker import as_chunk_fn, make_chunker
 
-            built = make_chunker(key, embedding_backend=self.embedding_backend)
+            made = make_chunker(key, embedding_backend=self.embedding_backend)
+            if made is None:
+                raise ValueError(f"chunker {name!r} is not a chunker; use 'default' for the paragraph packer")
+            built = as_chunk_fn(made)
             self._named_chunkers[key] = built
         return built
 

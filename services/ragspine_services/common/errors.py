@@ -10,20 +10,30 @@ from __future__ import annotations
 import grpc
 
 from ragspine.ingest.limits import LimitExceededError
+from ragspine.retrieval.errors import (
+    BackendUnavailableError,
+    NotFoundError,
+    RequestTooLargeError,
+    SettingConflictError,
+)
+
+__all__ = [
+    "INTERNAL_MESSAGE",
+    "BackendUnavailableError",
+    "NotFoundError",
+    "OverloadedError",
+    "PermissionDeniedError",
+    "RequestTooLargeError",
+    "SettingConflictError",
+    "UnauthenticatedError",
+    "status_for",
+]
 
 INTERNAL_MESSAGE = "internal error; the server log has the details"
 
 
-class NotFoundError(LookupError):
-    """A named library, document or model does not exist."""
-
-
 class OverloadedError(RuntimeError):
     """The server's queue is full; retry later or send smaller batches."""
-
-
-class BackendUnavailableError(RuntimeError):
-    """A backend the call needs (model worker, store) is down or not ready."""
 
 
 class UnauthenticatedError(PermissionError):
@@ -32,14 +42,6 @@ class UnauthenticatedError(PermissionError):
 
 class PermissionDeniedError(PermissionError):
     """Known caller, but not allowed to touch the named resource."""
-
-
-class RequestTooLargeError(ValueError):
-    """A request exceeds a published limit (batch size, text length)."""
-
-
-class SettingConflictError(ValueError):
-    """A request asks to change a setting fixed earlier (a library's chunker or contextual setting)."""
 
 
 # Order matters: the first matching class wins, so subclasses come before their bases.

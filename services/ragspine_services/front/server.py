@@ -12,15 +12,16 @@ from ragspine.agent.pipeline_stages import QueryStageMenu
 from ragspine.retrieval.assembly import resolve_embedding, resolve_reranker, resolve_sparse
 from ragspine.retrieval.llm.providers import make_llm_provider
 from ragspine.retrieval.mode import make_retrieval_mode
+from ragspine.retrieval.pipeline.catalog import CatalogEvents, LibraryCatalog
 from ragspine.retrieval.seams import EmbeddingBackend, Reranker
 from ragspine.settings import Settings
 from ragspine_services._gen import retrieval_pb2_grpc, structured_pb2_grpc
+from ragspine_services.common import metrics
 from ragspine_services.common.auth import Authenticator, OpenAuthenticator, TokenTableAuthenticator
 from ragspine_services.common.breaker import Admission, CircuitBreaker
 from ragspine_services.common.metrics import start_metrics_server
 from ragspine_services.common.server import RunningServer, raise_open_file_limit, start_server
 from ragspine_services.common.tracing import configure_tracing, shutdown_tracing
-from ragspine_services.front.libraries import LibraryCatalog
 from ragspine_services.front.local_models import (
     BoundedEmbedding,
     BoundedReranker,
@@ -118,12 +119,28 @@ def build_front_parts(settings: Settings, *, in_process: bool | None = None) -> 
         # Nothing to embed with: serve the lexical preset explicitly rather than resolving again per library.
         settings = replace(settings, retrieval_mode="economy")
     catalog = LibraryCatalog(
-        settings, embedding_backend=embedding, reranker=reranker, sparse_encoder=sparse, visual_encoder=visual
+        settings,
+        embedding_backend=embedding,
+        reranker=reranker,
+        sparse_encoder=sparse,
+        visual_encoder=visual,
+        events=_catalog_events(),
     )
     default_mode = "hybrid" if embedding is not None or sparse is not None else "lexical"
     reranker_name = settings.reranker if reranker is not None else ""
     structured = build_structured_servicer(settings, catalog=catalog, lexical=default_mode == "lexical")
     return FrontParts(catalog, worker, default_mode, reranker_name, structured, model_gate=gate)
+
+
+def _catalog_events() -> CatalogEvents:
+    """The library catalog's events as gauges and counters (pending vectors, embedded, model conflicts)."""
+    return CatalogEvents(
+        pending=lambda library_id, n: metrics.PENDING_VECTORS.labels(library_id).set(n),
+        embedded=lambda library_id, n: metrics.VECTORS_EMBEDDED.labels(library_id).inc(n),
+        conflict=lambda library_id, kind, why: metrics.LIBRARY_MODEL_CONFLICT.labels(library_id, kind).set(
+            0 if why is None else 1
+        ),
+    )
 
 
 def front_authenticator(settings: Settings) -> Authenticator:

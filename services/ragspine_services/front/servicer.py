@@ -24,7 +24,7 @@ import ragspine
 from ragspine.agent.pipeline_stages import QueryStageMenu, run_query_stages
 from ragspine.ingest.limits import IngestLimits, LimitExceededError
 from ragspine.models.describe import describe_model
-from ragspine.retrieval.chunking.factory import make_chunker
+from ragspine.retrieval.chunking.chunker import make_chunker
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.expansion import normalize_expansion
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
@@ -38,6 +38,13 @@ from ragspine.retrieval.pipeline import (
     check_min_relevance,
     ingest_documents,
     withdraw_document,
+)
+from ragspine.retrieval.pipeline.catalog import Library, LibraryCatalog, check_library_id
+from ragspine.retrieval.pipeline.library_config import (
+    CHUNKER,
+    CONTEXTUAL,
+    LibraryConfigRequest,
+    effective_config,
 )
 from ragspine.retrieval.plan import Planner
 from ragspine.retrieval.raptor import normalize_granularity
@@ -58,13 +65,6 @@ from ragspine_services.common.model_info import runtime_message
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES, open_file_limit
 from ragspine_services.front import convert
 from ragspine_services.front.filter_report import filter_report
-from ragspine_services.front.libraries import Library, LibraryCatalog, check_library_id
-from ragspine_services.front.library_config import (
-    CHUNKER,
-    CONTEXTUAL,
-    LibraryConfigRequest,
-    effective_config,
-)
 from ragspine_services.front.stage_convert import stage_options, stage_report_message
 
 _LOG = logging.getLogger("ragspine_services.front")
@@ -181,7 +181,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             meta = convert.document_meta(doc, title, i, text=text, policy=self.catalog.sensitivity_policy)
             if doc.chunker:
                 try:
-                    make_chunker(doc.chunker)  # the name is checked before anything is written
+                    # The name is checked before anything is written (building one loads no model).
+                    if make_chunker(doc.chunker, settings=self.catalog.settings) is None:
+                        raise ValueError("chunker 'none' is not a chunker; use 'default'")
                 except ValueError as exc:
                     raise ValueError(f"documents[{i}]: {exc}") from None
             if meta.doc_id in seen:

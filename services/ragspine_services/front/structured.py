@@ -39,6 +39,7 @@ from ragspine.graph.store import (
     InProcessGraphStore,
 )
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
+from ragspine.retrieval.pipeline.catalog import LibraryCatalog, check_library_id
 from ragspine.settings import Settings
 from ragspine.storage.fact_ingest import ingest_fact_file
 from ragspine.storage.fact_store import FACT_TABLE, Fact, FactStore, SqliteFactStore
@@ -46,7 +47,6 @@ from ragspine_services._gen import common_pb2, structured_pb2, structured_pb2_gr
 from ragspine_services.common.auth import READ, WRITE, current_caller
 from ragspine_services.common.deadline import call_deadline
 from ragspine_services.common.errors import BackendUnavailableError, NotFoundError, RequestTooLargeError
-from ragspine_services.front.libraries import LibraryCatalog, check_library_id
 
 STRUCTURED_SERVICE_NAME = "ragspine.v1.StructuredService"
 MAX_FACT_FILE_BYTES = 16 * 1024 * 1024
