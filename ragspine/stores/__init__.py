@@ -1,7 +1,18 @@
-"""Stores of record: the SQLite chunk store (embedded default) or PostgreSQL (+ pgvector) for many replicas.
+"""Stores of record, on SQLite (embedded default) or PostgreSQL (+ pgvector) for many replicas.
 
-``make_chunk_store`` picks one from a data folder, a SQLite file or a ``postgresql://`` DSN. The PostgreSQL
-classes import lazily, so this package works without the [postgres] extra.
+One kind per module pair, written once over a small SQL dialect (``dialect``) on a common base (``base``):
+
+- chunks: ``chunks`` (the statements), ``chunk_store.ChunkStore`` (SQLite), ``pg_chunk_store.PgChunkStore``;
+- pages: ``pages``, ``page_store.VisualPageStore``, ``pg_page_store.PgVisualPageStore``;
+- facts: ``facts`` (and ``fact_schema``), ``fact_store.SqliteFactStore``, ``pg_fact_store.PgFactStore``;
+- the vector ledger and library settings, kept beside the chunks: ``ledger``, ``library_settings``;
+- the engines: ``sqlite_db`` (connections, transactions, the read-only guard), ``pg_db`` and
+  ``pg_connect`` (connections, schemas, advisory locks, NOTIFY);
+- pgvector (``pg_vector_store``), many libraries in one database (``pg_libraries``, ``schema_names``) and a
+  throwaway server for tests (``embedded_pg``).
+
+``make_chunk_store`` picks a chunk store from a data folder, a SQLite file or a ``postgresql://`` DSN. The
+PostgreSQL classes import lazily, so this package works without the [postgres] extra.
 """
 
 from __future__ import annotations
@@ -10,9 +21,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragspine.retrieval.chunking.chunk_store import ChunkStore
+# The chunking package imports its store back through the old published path
+# (``ragspine.retrieval.chunking.chunk_store``, a re-export of ``chunk_store`` here), and the chunk stores
+# import the chunking package's types: importing the package first, before any module of this one runs,
+# lets any module here be the first one a process imports.
+import ragspine.retrieval.chunking  # noqa: F401
 
 if TYPE_CHECKING:
+    from ragspine.stores.chunk_store import ChunkStore
     from ragspine.stores.pg_chunk_store import PgChunkStore
 
 __all__ = ["CHUNK_DB_NAME", "is_postgres_dsn", "make_chunk_store"]
@@ -38,6 +54,8 @@ def make_chunk_store(data_dir_or_dsn: str | os.PathLike[str]) -> ChunkStore | Pg
     Raises ``ValueError`` for an empty value, an unreachable database (password redacted) or a file that
     is not a chunk store.
     """
+    from ragspine.stores.chunk_store import ChunkStore
+
     raw = os.fspath(data_dir_or_dsn)
     if not isinstance(raw, str) or not raw.strip():
         raise ValueError("give a data folder, a SQLite file or a postgresql:// DSN; got an empty value")

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from ragspine.settings import Settings
-from ragspine.storage import fact_ingest
+from ragspine.stores import fact_ingest
 from ragspine_services._gen import retrieval_pb2, retrieval_pb2_grpc, structured_pb2, structured_pb2_grpc
 from ragspine_services.front.http import app as http_app
 from ragspine_services.front.server import build_front_parts, start_front

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from ragspine.retrieval.chunking import chunk_store as chunk_store_module
+from ragspine.stores import chunks as chunk_statements  # both chunk stores' label folding
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services.front import convert
 from tests.security.fail_open import open_every_exit

@@ -28,6 +28,7 @@ from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
+from ragspine.stores import chunks as chunk_statements  # both chunk stores' label folding
 from tests.security.fail_open import open_every_exit
 
 # The labels of the attack run, and more of the same family, that a person reads as RESTRICTED.
@@ -172,8 +173,8 @@ def test_reverse_proof_fail_open_labels_are_caught(
 ) -> None:
     """With the pre-fix behaviour (labels stored as given, exact-match exits) the same check sees leaks."""
     monkeypatch.setattr(NarrativeIndex, "labelled", lambda self, text, meta: meta)
-    monkeypatch.setattr(chunk_store_module, "resolve_label", lambda label: label)
-    monkeypatch.setattr(chunk_store_module, "stored_label", lambda label: label)
+    monkeypatch.setattr(chunk_statements, "resolve_label", lambda label: label)
+    monkeypatch.setattr(chunk_statements, "stored_label", lambda label: label)
     assert open_every_exit(monkeypatch, _old_is_restricted)
     index = make_index()
     _ingest_lookalikes(index)
@@ -232,7 +233,7 @@ def test_store_with_unknown_labels_is_reported_and_never_served(
 def test_reverse_proof_unmigrated_store_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "old.db"
     write_store_with_bad_labels(path)
-    monkeypatch.setattr(chunk_store_module, "stored_label", lambda label: label)
+    monkeypatch.setattr(chunk_statements, "stored_label", lambda label: label)
     assert open_every_exit(monkeypatch, _old_is_restricted)
     with ChunkStore(path) as store:
         assert _retrieved(NarrativeIndex(store)) - {"open", "lower"}

@@ -12,7 +12,7 @@ import pytest
 from ragspine.retrieval.chunking import chunk_store as chunk_store_module
 from ragspine.retrieval.chunking.chunking import chunk_document
 from ragspine.retrieval.chunking.types import DocumentMeta
-from ragspine.stores import pg_chunk_store as pg_module
+from ragspine.stores import chunks as chunk_statements  # the chunk stores' label folding
 from ragspine.stores.pg_chunk_store import PgChunkStore
 from tests.postgres.conftest import pg_dsn, pg_server  # noqa: F401
 
@@ -53,7 +53,7 @@ def test_reverse_proof_without_folding_the_bad_labels_read_through(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _write(pg_dsn)
-    monkeypatch.setattr(pg_module, "stored_label", lambda label: label)
+    monkeypatch.setattr(chunk_statements, "stored_label", lambda label: label)
     with PgChunkStore(pg_dsn) as store:
         labels = {c.doc_id: c.sensitivity for c in store.iter_chunks()}
         assert labels["secret"] == "SECRET"
