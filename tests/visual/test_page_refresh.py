@@ -17,20 +17,18 @@ from ragspine.retrieval.visual.library_pages import LibraryPages
 from ragspine.retrieval.visual.page_index import VisualPageIndex
 from ragspine.retrieval.visual.page_store import PageChanges, VisualPageStore
 from ragspine.retrieval.visual.pages import PageRecord
+from tests.stores.conftest import backend, opened, page_stores, pg_server  # noqa: F401 - both engines
 from tests.visual.visual_helpers import WordEncoder
 
 LIB = "lib"
 
 
 @pytest.fixture
-def make_store(tmp_path: Path) -> Callable[..., Any]:
-    """``make_store(name="pages")`` opens a page store; the same name opens the same store again (another
-    connection, as another process or replica holds)."""
-
-    def make(name: str = "pages") -> VisualPageStore:
-        return VisualPageStore(tmp_path / f"{name}.sqlite")
-
-    return make
+def make_store(page_stores: Callable[..., Any]) -> Callable[..., Any]:  # noqa: F811
+    """``make_store(name="pages")`` opens a page store, on SQLite and on PostgreSQL (each test that takes it
+    runs on both); the same name opens the same store again (another connection, as another process or
+    replica holds)."""
+    return page_stores
 
 
 QUERIES = ("harvest robot arm", "battery swap", "quarterly revenue table", "safety zone sensor")

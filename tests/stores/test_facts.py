@@ -1,4 +1,6 @@
-"""One conformance pack for every FactStore: SQLite and PostgreSQL run each test."""
+"""The fact store's contract, on SQLite and PostgreSQL alike (``SqliteFactStore``, ``PgFactStore``): versions
+by dimensional key, review statuses, RESTRICTED facts never returned, withdrawals, batches all-or-nothing,
+read-only queries, concurrent writers, and the two engines agreeing on a random workload."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 
 from ragspine.settings import Settings
-from ragspine.storage.fact_store import (
+from ragspine.stores.fact_store import (
     REVIEW_APPROVED,
     REVIEW_PENDING,
     REVIEW_REJECTED,
@@ -136,8 +138,8 @@ def test_execute_read_reads_and_refuses_writes(fact_store: Any) -> None:
     assert fact_store.upsert_facts([make_fact(period="2025Q4")]) == 1
 
 
-def test_a_second_handle_sees_writes_and_versions_stay_ordered(fact_store_factory: Callable[[], Any]) -> None:
-    first, second = fact_store_factory(), fact_store_factory()
+def test_a_second_handle_sees_writes_and_versions_stay_ordered(fact_stores: Callable[[], Any]) -> None:
+    first, second = fact_stores(), fact_stores()
     first.upsert_facts([make_fact()])
     second.upsert_facts([make_fact(value=5.0)])
     (got,) = _q(first)
@@ -146,9 +148,9 @@ def test_a_second_handle_sees_writes_and_versions_stay_ordered(fact_store_factor
 
 
 def test_concurrent_upserts_of_one_key_leave_one_visible_version(
-    fact_store_factory: Callable[[], Any],
+    fact_stores: Callable[[], Any],
 ) -> None:
-    stores = [fact_store_factory() for _ in range(4)]
+    stores = [fact_stores() for _ in range(4)]
     errors: list[BaseException] = []
     barrier = threading.Barrier(len(stores))
 
@@ -265,7 +267,7 @@ def _snapshot(store: Any) -> list[Any]:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_sqlite_and_postgres_agree_on_a_random_workload(seed: int, tmp_path: Path, pg_dsn: str) -> None:
-    from ragspine.storage.pg_fact_store import PgFactStore
+    from ragspine.stores.pg_fact_store import PgFactStore
 
     ops = _random_ops(seed)
     with SqliteFactStore(tmp_path / "f.sqlite") as lite, PgFactStore(pg_dsn) as pg:
