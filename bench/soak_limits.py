@@ -202,12 +202,13 @@ def fill_library(address: str, docs: int = 3000) -> None:
             stub.Ingest(pb.IngestRequest(library="lib", documents=batch[start : start + 500]), timeout=120)
 
 
-def health_under_flood(address: str, seconds: float, clients: int = 32) -> dict[str, Any]:
+def health_under_flood(address: str, seconds: float, clients: int = 32, nice: int = 10) -> dict[str, Any]:
     """Health and reflection latencies (ms) while ``bench/flood.py`` floods ``address`` from another
-    process, and the flood's status counts."""
+    process (at niceness ``nice``), and the flood's status counts."""
     flood = subprocess.Popen(
         [
             *CLIENT_CORE,
+            *(["nice", "-n", str(nice)] if nice else []),
             sys.executable,
             str(REPO_ROOT / "bench" / "flood.py"),
             address,

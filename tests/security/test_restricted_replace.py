@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from ragspine_services._gen import retrieval_pb2 as pb
-from ragspine_services.front.servicer import RetrievalServicer
+from ragspine_services.front import ingest_calls
 
 TOKENS = {
     "writer-token": {"caller": "writer", "libraries": ["lib"], "scopes": ["write"]},
@@ -174,7 +174,7 @@ def test_a_writer_still_writes_other_ids(secured) -> None:  # type: ignore[no-un
 def test_reverse_proof_without_the_check_the_writer_erases_it(  # type: ignore[no-untyped-def]
     secured, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(RetrievalServicer, "_check_replaceable", staticmethod(lambda library, active: None))
+    monkeypatch.setattr(ingest_calls, "check_replaceable", lambda library, active: None)
     code, answer = _grpc_ingest(secured, "writer-token")
     assert code == "OK" and "replaced: true" in answer  # the old behaviour: erased, and its existence told
     assert not hidden_intact(secured)

@@ -15,7 +15,7 @@ import pytest
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services.common import auth
 from ragspine_services.common.auth import Caller, TokenTableAuthenticator
-from ragspine_services.front import servicer as servicer_module
+from ragspine_services.front import ingest_calls as write_checks
 
 TOKENS = {
     "reader-token": {"caller": "reader", "libraries": ["lib"], "scopes": ["read"]},
@@ -147,7 +147,7 @@ def test_reverse_proof_without_the_existence_guard_the_writer_learns(
 def test_reverse_proof_without_write_scope_checks_a_reader_deletes(
     secured, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(servicer_module, "WRITE", auth.READ)  # writes checked against the read scope
+    monkeypatch.setattr(write_checks, "WRITE", auth.READ)  # writes checked against the read scope
     assert _delete(secured, "open", "reader-token")[0] == OK
 
 

@@ -10,9 +10,7 @@ is opened, so a caller cannot even learn whether a library it may not read exist
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,9 +20,8 @@ import grpc
 
 import ragspine
 from ragspine.agent.pipeline_stages import QueryStageMenu, run_query_stages
-from ragspine.ingest.limits import IngestLimits, LimitExceededError
+from ragspine.ingest.limits import IngestLimits
 from ragspine.models.describe import describe_model
-from ragspine.retrieval.chunking.chunker import make_chunker
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.expansion import normalize_expansion
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
@@ -32,39 +29,34 @@ from ragspine.retrieval.indexing.ledger import model_id
 from ragspine.retrieval.pipeline import (
     DEFAULT_MIN_ANSWER_RELEVANCE,
     DEFAULT_MIN_RELEVANCE,
-    IngestDocument,
     RetrieveReport,
     RetrieveRequest,
     check_min_relevance,
-    ingest_documents,
     withdraw_document,
 )
 from ragspine.retrieval.pipeline.catalog import Library, LibraryCatalog, check_library_id
 from ragspine.retrieval.pipeline.library_config import (
     CHUNKER,
     CONTEXTUAL,
-    LibraryConfigRequest,
     effective_config,
 )
 from ragspine.retrieval.plan import Planner
 from ragspine.retrieval.raptor import normalize_granularity
-from ragspine.retrieval.visual import library_pages as visual
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
 from ragspine_services.common.admission import Lane
-from ragspine_services.common.auth import WRITE, current_caller
+from ragspine_services.common.auth import current_caller
 from ragspine_services.common.deadline import answer_deadline, call_deadline
 from ragspine_services.common.errors import (
     BackendUnavailableError,
     NotFoundError,
-    OverloadedError,
-    PermissionDeniedError,
     RequestTooLargeError,
 )
 from ragspine_services.common.model_info import runtime_message
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES, open_file_limit
 from ragspine_services.front import convert
 from ragspine_services.front.filter_report import filter_report
+from ragspine_services.front.ingest_calls import IngestCalls, authorize, timings
 from ragspine_services.front.stage_convert import stage_options, stage_report_message
 
 _LOG = logging.getLogger("ragspine_services.front")
@@ -110,10 +102,6 @@ _MODES: dict[int, str] = {
 }
 
 
-def _timings(started: float, stages: dict[str, float] | None = None) -> common_pb2.Timings:
-    return common_pb2.Timings(total_ms=(time.perf_counter() - started) * 1e3, stages_ms=stages or {})
-
-
 class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     """Thin adapter from ragspine.v1.RetrievalService to the library catalog and retrieval pipeline."""
 
@@ -147,110 +135,12 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             min_answer_relevance=self.min_answer_relevance,
             deadline_scope=call_deadline,
         )
-        self._ingest_slots = threading.BoundedSemaphore(self.limits.max_concurrent_ingests)
+        self.ingest_calls = IngestCalls(catalog, self.limits)
         self._heavy = Lane(
             "heavy retrieve", self.limits.max_heavy_retrieves, queue_wait_s=self.limits.queue_wait_s
         )
 
-    def _ingest_slot(self) -> None:
-        if not self._ingest_slots.acquire(blocking=False):
-            raise OverloadedError(
-                f"{self.limits.max_concurrent_ingests} ingest calls are already running (limit "
-                "max_concurrent_ingests, set RAGSPINE_MAX_CONCURRENT_INGESTS); retry shortly"
-            )
-
     # ------------------------------------------------------------------ ingest
-    @staticmethod
-    def _authorize(library_id: str) -> str:
-        check_library_id(library_id)
-        current_caller().require(library_id, WRITE)
-        return library_id
-
-    def _prepare(self, docs: Iterable[retrieval_pb2.Document]) -> list[IngestDocument]:
-        """Parse and validate every document before anything is written (a bad one stores nothing)."""
-        prepared = []
-        seen: set[str] = set()
-        for i, doc in enumerate(docs):
-            if doc.pages:
-                self._check_pages_request(doc, i)
-            if doc.pages and visual.image_only_pdf(doc.file):
-                # A scan has no text layer to index: its pages are found visually only.
-                text, title = "", doc.title
-            else:
-                text, title = convert.document_text(doc, i, self.limits.ingest)
-            meta = convert.document_meta(doc, title, i, text=text, policy=self.catalog.sensitivity_policy)
-            if doc.chunker:
-                try:
-                    # The name is checked before anything is written (building one loads no model).
-                    if make_chunker(doc.chunker, settings=self.catalog.settings) is None:
-                        raise ValueError("chunker 'none' is not a chunker; use 'default'")
-                except ValueError as exc:
-                    raise ValueError(f"documents[{i}]: {exc}") from None
-            if meta.doc_id in seen:
-                raise ValueError(f"documents[{i}]: doc_id {meta.doc_id!r} appears twice in one request")
-            seen.add(meta.doc_id)
-            prepared.append(
-                IngestDocument(
-                    meta,
-                    text=text,
-                    valid_as_of=doc.valid_as_of,
-                    pdf=doc.file if doc.pages else None,
-                    page_dpi=visual.check_page_dpi(doc.page_dpi) if doc.pages else visual.DEFAULT_PAGE_DPI,
-                    chunker=doc.chunker,
-                )
-            )
-        return prepared
-
-    def _check_pages_request(self, doc: retrieval_pb2.Document, i: int) -> None:
-        label = f"documents[{i}] ({doc.doc_id or 'no doc_id'})"
-        if self.catalog.visual_encoder is None:
-            raise ValueError(
-                f"{label}: pages=true but this server has no visual embedder "
-                "(set RAGSPINE_VISUAL_EMBEDDER=colqwen2 or colpali)"
-            )
-        if doc.WhichOneof("content") != "file" or not visual.is_pdf(
-            doc.file, filename=doc.filename, mime_type=doc.mime_type
-        ):
-            raise ValueError(f"{label}: pages=true needs a PDF file")
-        try:
-            visual.check_page_dpi(doc.page_dpi)
-        except ValueError as exc:
-            raise ValueError(f"{label}: {exc}") from None
-
-    def _ingest(self, library: Library, prepared: list[IngestDocument]) -> list[retrieval_pb2.DocumentResult]:
-        # Each document replaces its previous version totally: chunks and pages in one transaction.
-        active = library.store.active_chunks_for_docs([d.meta.doc_id for d in prepared])
-        self._check_replaceable(library, active)
-        with_text = {d.meta.doc_id for d in prepared if d.text}
-        existed = {c.doc_id for c in active if c.doc_id in with_text}
-        return [
-            retrieval_pb2.DocumentResult(
-                doc_id=out.doc_id,
-                chunks_written=out.chunks_written,
-                pages_indexed=out.pages_indexed,
-                chunks_pending_vectors=library.awaiting_vectors(out.doc_id) if out.chunks_written else 0,
-                replaced=out.doc_id in existed and out.chunks_written > 0,
-            )
-            for out in ingest_documents(library, prepared, limits=self.limits.ingest)
-        ]
-
-    @staticmethod
-    def _check_replaceable(library: Library, active: Iterable[Any]) -> None:
-        """Refuse, before anything is written, a batch that would replace (or, with an empty version,
-        withdraw) a RESTRICTED document the caller may not delete. Only an administrator may learn that
-        such a document exists, so the refusal names the id and the scope and nothing else (no title,
-        version, sensitivity or ``replaced`` flag); it is the same rule as DeleteDocument's."""
-        caller = current_caller()
-        if caller.is_admin(library.library_id):
-            return
-        taken = sorted({c.doc_id for c in active if is_restricted(c.sensitivity)})
-        if taken:
-            raise PermissionDeniedError(
-                f"doc_id {taken[0]!r} is taken by a document this caller may not replace: replacing it "
-                f"needs the 'admin' scope on library {library.library_id!r}; nothing in this batch was "
-                "written (use another doc_id, or ask an administrator)"
-            )
-
     def Ingest(
         self, request: retrieval_pb2.IngestRequest, context: grpc.ServicerContext
     ) -> retrieval_pb2.IngestResponse:
@@ -262,96 +152,21 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 f"{len(request.documents)} documents in one request; the limit is "
                 f"{self.limits.max_documents_per_request}: use IngestStream or split the batch"
             )
-        self._authorize(request.library)
-        self._ingest_slot()
-        try:
-            wanted = LibraryConfigRequest(request.chunker, request.contextual, self.catalog.settings)
-            prepared = self._prepare(request.documents)
-            # The library is created only once its first batch is known to be valid.
-            library = self.catalog.get(request.library, create=True)
-            results = self._ingest(library, self._configured(library, wanted, prepared))
-        finally:
-            self._ingest_slots.release()
-        return retrieval_pb2.IngestResponse(results=results, timings=_timings(started))
+        authorize(request.library)
+        with self.ingest_calls.slot():
+            results = self.ingest_calls.ingest(request)
+        return retrieval_pb2.IngestResponse(results=results, timings=timings(started))
 
     def IngestStream(
         self, request_iterator: Iterator[retrieval_pb2.IngestStreamRequest], context: grpc.ServicerContext
     ) -> retrieval_pb2.IngestStreamResponse:
-        self._ingest_slot()
-        try:
-            return self._ingest_stream(request_iterator)
-        finally:
-            self._ingest_slots.release()
-
-    def _ingest_stream(
-        self, request_iterator: Iterator[retrieval_pb2.IngestStreamRequest]
-    ) -> retrieval_pb2.IngestStreamResponse:
-        started = time.perf_counter()
-        library_id = ""
-        results: list[Any] = []
-        batch: list[retrieval_pb2.Document] = []
-        offset = 0
-        received_bytes = 0
-        for received, message in enumerate(request_iterator, start=1):
-            received_bytes += message.ByteSize()
-            if received > self.limits.max_stream_documents:
-                raise RequestTooLargeError(
-                    f"the stream carried more than {self.limits.max_stream_documents} documents (limit "
-                    "max_stream_documents, set RAGSPINE_MAX_STREAM_DOCUMENTS); earlier groups stay stored"
-                )
-            if received_bytes > self.limits.max_stream_bytes:
-                raise RequestTooLargeError(
-                    f"the stream carried more than {self.limits.max_stream_bytes} bytes (limit "
-                    "max_stream_bytes, set RAGSPINE_MAX_STREAM_BYTES); earlier groups stay stored"
-                )
-            if not library_id:
-                library_id = self._authorize(message.library)
-                wanted = LibraryConfigRequest(message.chunker, message.contextual, self.catalog.settings)
-            elif message.library != library_id:
-                raise ValueError(
-                    f"every message of one stream must name library {library_id!r}, got {message.library!r}"
-                )
-            elif not wanted.matches(message.chunker, message.contextual):
-                raise ValueError(
-                    f"stream message {received - 1}: chunker/contextual differ from the first message's; "
-                    "send them on the first message (or the same values on every message)"
-                )
-            batch.append(message.document)
-            if len(batch) >= 64:
-                prepared = self._prepare_offset(batch, offset)
-                library = self.catalog.get(library_id, create=True)
-                results += self._ingest(library, self._configured(library, wanted, prepared))
-                offset += len(batch)
-                batch = []
-        if not library_id:
-            raise ValueError("the stream carried no documents")
-        if batch:
-            prepared = self._prepare_offset(batch, offset)
-            library = self.catalog.get(library_id, create=True)
-            results += self._ingest(library, self._configured(library, wanted, prepared))
-        return retrieval_pb2.IngestStreamResponse(results=results, timings=_timings(started))
-
-    @staticmethod
-    def _configured(
-        library: Library, wanted: LibraryConfigRequest, prepared: list[IngestDocument]
-    ) -> list[IngestDocument]:
-        """Store the library settings the request names (refusing a conflicting change before anything is
-        written) and give every document that names no chunker the library's."""
-        chunker = library.configure(wanted)[CHUNKER]
-        return [d if d.chunker else dataclasses.replace(d, chunker=chunker) for d in prepared]
-
-    def _prepare_offset(self, docs: list[retrieval_pb2.Document], offset: int) -> list[IngestDocument]:
-        try:
-            return self._prepare(docs)
-        except ValueError as exc:
-            # Name the stream position, not the batch position, so the caller can find the document.
-            kind = LimitExceededError if isinstance(exc, LimitExceededError) else ValueError
-            raise kind(f"stream message {offset}+: {exc}") from None
+        with self.ingest_calls.slot():
+            return self.ingest_calls.stream(request_iterator)
 
     def DeleteDocument(
         self, request: retrieval_pb2.DeleteDocumentRequest, context: grpc.ServicerContext
     ) -> retrieval_pb2.DeleteDocumentResponse:
-        self._authorize(request.library)
+        authorize(request.library)
         convert.check_doc_id(request.doc_id)
         library = self.catalog.get(request.library)
         not_found = NotFoundError(f"document {request.doc_id!r} is not in library {request.library!r}")
@@ -501,7 +316,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             # The converter refuses a RESTRICTED snippet: the pipeline's exits make that unreachable.
             snippets=[convert.snippet_message(s) for s in report.snippets],
             degraded=report.degraded,
-            timings=_timings(started, report.timings_ms),
+            timings=timings(started, report.timings_ms),
             filter_fields=filter_report(mfilter),
         )
         # Chunks the model channels could not rank yet (their vectors are still being made).
