@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from _common import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -33,7 +34,7 @@ from ragspine.retrieval.text.tokenizer import tokenize  # noqa: E402
 from ragspine.retrieval.visual.maxsim import maxsim_scores, pad_pages  # noqa: E402
 from ragspine.retrieval.visual.page_store import VisualPageStore  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "financebench_pages"
+DATA = SHARED_DATA / "financebench_pages"
 PAPER_OCR_BM25_NDCG5 = 65.5  # ColPali paper, ViDoRe v1 average, "Unstructured + OCR + BM25"
 PAPER_COLPALI_NDCG5 = 81.3
 

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import pin_single_thread
+from _common import alternating, pin_single_thread
 
 pin_single_thread()
 
@@ -89,8 +89,7 @@ def run_dense(n_chunks: int, dim: int, batch: int, rounds: int, k: int) -> dict[
         arriving = [(cid, rng.standard_normal(dim)) for cid in [*again, *(c.chunk_id for c in fresh)]]
         given.update(arriving)
         q = rng.standard_normal(dim)
-        order = list(timings.items()) if r % 2 == 0 else list(timings.items())[::-1]
-        for name, times in order:
+        for name, times in alternating(timings.items(), r):
             retriever = retrievers[name]
             retriever.add_chunks(fresh)
             retriever.set_vectors((cid, None, vec) for cid, vec in arriving)
@@ -143,8 +142,7 @@ def run_sparse(n_docs: int, terms: int, vocab: int, batch: int, rounds: int) -> 
         picked = zip(rng.integers(0, 2000, 10).tolist(), rng.random(10).tolist(), strict=True)
         query = {f"t{i}": float(w) for i, w in picked}
         answers = {}
-        order = list(indexes.items()) if r % 2 == 0 else list(indexes.items())[::-1]
-        for name, index in order:
+        for name, index in alternating(indexes.items(), r):
             index.add_many(arriving)
             t0 = time.perf_counter()
             if name == "rebuilt":
