@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragspine.retrieval.lexical import inverted_index
+from ragspine.retrieval.channels import postings
 from ragspine.retrieval.lexical.bm25 import bm25_scores
 from ragspine.retrieval.lexical.inverted_index import InvertedIndex
 from ragspine.retrieval.lexical.tokenizer import tokenize
@@ -275,7 +275,7 @@ def test_concurrent_searches_return_the_same_results() -> None:
 
 def test_merges_in_small_slices_keep_scores_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     # Large merges run slice by slice; force tiny slices so every slice boundary case is exercised.
-    monkeypatch.setattr(inverted_index, "_MERGE_SLICE", 3)
+    monkeypatch.setattr(postings, "_MERGE_SLICE", 3)
     rng = np.random.default_rng(7)
     vocab = [*"营收利润下滑净", "acme", "revenue", "q3"]
     index = InvertedIndex()
