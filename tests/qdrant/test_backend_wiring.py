@@ -129,9 +129,9 @@ def test_outage_while_serving_fails_clearly(tmp_path: Path) -> None:
 class _SilentFallback(QdrantRetriever):
     """Answers from nothing when Qdrant fails (what must never happen)."""
 
-    def _ranked(self, *args: Any, **kwargs: Any) -> Any:
+    def _query_page(self, what: str, **kwargs: Any) -> list[Any]:
         try:
-            return super()._ranked(*args, **kwargs)
+            return super()._query_page(what, **kwargs)
         except IndexUnavailableError:
             return []
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ragspine.retrieval.channels.qdrant_bm25_vectors import document_weights, query_weights, term_index
 from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.lexical.hybrid import HybridRetriever
-from ragspine.retrieval.qdrant.bm25_vectors import document_weights, query_weights, term_index
 from tests.qdrant.conftest import qdrant
 
 WORDS = [f"w{i}" for i in range(80)] + [

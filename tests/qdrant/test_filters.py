@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from ragspine.retrieval.channels.qdrant_filters import translate
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, make_filter
 from ragspine.retrieval.lexical.types import RetrievalResult
 from ragspine.retrieval.qdrant import QdrantRetriever
-from ragspine.retrieval.qdrant.filters import translate
 from tests.conformance.corpus import QUERIES
 from tests.conformance.test_retriever_filter_invariants import FILTERS
 from tests.qdrant.conftest import corpus_chunks, qdrant
@@ -59,8 +59,9 @@ def test_filter_only_narrows(client: Any, flt: MetadataFilter) -> None:
 class _UnfilteredQdrant(QdrantRetriever):
     """Ignores the metadata filter (what a wrong translation that widens would amount to)."""
 
-    def _ranked(self, using: str, query: Any, metadata_filter: Any, k: int) -> Any:
-        return super()._ranked(using, query, None, k)
+    def search_fields(self, query: str, fields: Any, **kwargs: Any) -> Any:
+        kwargs["metadata_filter"] = None
+        return super().search_fields(query, fields, **kwargs)
 
 
 def test_reverse_proof_a_widening_backend_is_caught(client: Any) -> None:

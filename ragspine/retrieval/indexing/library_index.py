@@ -37,6 +37,7 @@ from ragspine.retrieval.constants import (
     DEFAULT_TOP_N,
 )
 from ragspine.retrieval.filtering.automatic import narrow
+from ragspine.retrieval.filtering.fields import FilterFields
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.indexing.backlog import Backlog
 from ragspine.retrieval.indexing.codec import round_trip_dense
@@ -399,18 +400,8 @@ class LibraryIndex:
         metadata_filter: MetadataFilter | None = None,
     ) -> list[RetrievalResult]:
         """Top ``top_k`` results, the first ``top_n`` reordered by the reranker/judge when one is set."""
-        return self.retrieve_report(
-            query,
-            topic=topic,
-            entity=entity,
-            geography=geography,
-            period=period,
-            language=language,
-            top_k=top_k,
-            rerank=rerank,
-            top_n=top_n,
-            metadata_filter=metadata_filter,
-        ).results
+        fields = FilterFields(topic, entity, geography, period, language)
+        return self.retrieve_fields(query, fields, top_k, rerank, top_n, metadata_filter).results
 
     def retrieve_report(
         self,
@@ -426,9 +417,22 @@ class LibraryIndex:
         top_n: int | None = None,
         metadata_filter: MetadataFilter | None = None,
     ) -> RetrievalReport:
-        """Like ``retrieve`` but also names degraded stages and reports stage timings. The stages: sync
-        (never waiting for another thread's) → verify the vector spaces → filter extraction (only
-        narrows) → search → rerank of the head."""
+        """Like ``retrieve`` but also names degraded stages and reports stage timings."""
+        fields = FilterFields(topic, entity, geography, period, language)
+        return self.retrieve_fields(query, fields, top_k, rerank, top_n, metadata_filter)
+
+    def retrieve_fields(
+        self,
+        query: str,
+        fields: FilterFields,
+        top_k: int | None = None,
+        rerank: bool = True,
+        top_n: int | None = None,
+        metadata_filter: MetadataFilter | None = None,
+    ) -> RetrievalReport:
+        """``retrieve_report`` with the keyword filters as one ``FilterFields``. The stages: sync (never
+        waiting for another thread's) → verify the vector spaces → filter extraction (only narrows) →
+        search → rerank of the head."""
         t0 = time.perf_counter()
         self.sync(wait=False)  # never queue behind another thread's sync: read the index as it stands
         if self._ledger is not None:
@@ -437,16 +441,8 @@ class LibraryIndex:
         timings: dict[str, float] = {"sync": (time.perf_counter() - t0) * 1000.0}
         n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
         effective, extraction_error = narrow(self.filter_extractor, query, metadata_filter)
-        search = self.retriever.search_report(
-            query,
-            topic=topic,
-            entity=entity,
-            geography=geography,
-            period=period,
-            language=language,
-            top_k=top_k,
-            metadata_filter=effective,
-            **({"without": frozenset(conflicts)} if conflicts else {}),
+        search = self.retriever.search_fields(
+            query, fields, top_k=top_k, metadata_filter=effective, without=frozenset(conflicts)
         )
         timings.update(search.timings_ms)
         degraded = list(search.degraded)

@@ -19,7 +19,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,16 +27,19 @@ from ragspine.retrieval.channels.bm25 import Bm25Channel
 from ragspine.retrieval.channels.dense import DenseChannel
 from ragspine.retrieval.channels.sparse import SparseChannel
 from ragspine.retrieval.chunking.types import METADATA_FIELDS, Chunk
-from ragspine.retrieval.constants import (
-    DEFAULT_BM25_B,
-    DEFAULT_BM25_K1,
-    DEFAULT_RRF_K,
-    DEFAULT_TOP_K,
-    is_restricted,
-)
+from ragspine.retrieval.constants import DEFAULT_BM25_B, DEFAULT_BM25_K1, DEFAULT_RRF_K, DEFAULT_TOP_K
+from ragspine.retrieval.filtering.fields import FilterFields
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
+from ragspine.retrieval.indexing.text_api import (
+    SearchReport,
+    TextSearch,
+    check_metadata_filter,
+    indexable,
+    query_variants,
+    validate_query,
+    validate_top_k,
+)
 from ragspine.retrieval.indexing.text_search import encode_query, rank_channels
-from ragspine.retrieval.results import RetrievalResult
 from ragspine.retrieval.seams import EmbeddingBackend, QueryRewriter, SparseEncoder
 from ragspine.retrieval.text.tokenizer import tokenize
 from ragspine.retrieval.vector.types import VectorStore
@@ -50,40 +52,7 @@ log = logging.getLogger(__name__)
 __all__ = ["IndexTextFn", "SearchReport", "TextIndex", "VectorSink", "validate_query", "validate_top_k"]
 
 
-@dataclass
-class SearchReport:
-    """What one search produced, plus the stages that failed and were skipped (``degraded``).
-
-    ``partial`` is set when some candidate chunks had no dense vector / sparse encoding yet (the backlog
-    is still being filled): those chunks were ranked by the lexical channel only; ``pending`` counts them.
-    """
-
-    results: list[RetrievalResult]
-    degraded: list[str] = field(default_factory=list)
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    # Channels left out for this query because their model does not read its language (not a failure).
-    skipped: list[str] = field(default_factory=list)
-    partial: bool = False
-    pending: int = 0
-
-
-def validate_query(query: object) -> str:
-    """Return ``query`` if it is a non-blank string; otherwise raise ``ValueError`` saying what to send."""
-    if not isinstance(query, str):
-        raise ValueError(f"query must be a string, got {type(query).__name__}")
-    if not query.strip():
-        raise ValueError("query is empty: send the question text to search for")
-    return query
-
-
-def validate_top_k(top_k: object, *, name: str = "top_k") -> int:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"{name} must be a positive integer, got {top_k!r}")
-    return top_k
-
-
-class TextIndex:
+class TextIndex(TextSearch):
     """In-memory index over a set of chunks; ``search`` ranks them (see the module doc).
 
     Chunk vectors: with ``lazy_vectors`` (the default) a search first computes the missing vectors of its
@@ -183,12 +152,7 @@ class TextIndex:
         Returns the number of chunks indexed. Their vectors are computed later (lazily, or by whoever
         calls ``set_vectors``), never here, so a write never waits on a model.
         """
-        batch: list[Chunk] = []
-        for chunk in chunks:
-            if not isinstance(chunk, Chunk):
-                raise ValueError(f"expected Chunk objects, got {type(chunk).__name__}")
-            if not is_restricted(chunk.sensitivity):
-                batch.append(chunk)
+        batch = indexable(chunks)
         if not batch:
             return 0
         # Tokenised before the lock: searches wait only for the index to take the tokens.
@@ -349,67 +313,27 @@ class TextIndex:
             self._fill("sparse", None)
 
     # ------------------------------------------------------------------ search
-    def search(
+    def search_fields(
         self,
         query: str,
+        fields: FilterFields,
         *,
-        topic: str | None = None,
-        entity: str | None = None,
-        geography: str | None = None,
-        period: str | None = None,
-        language: str | None = None,
-        top_k: int | None = None,
-        metadata_filter: MetadataFilter | None = None,
-    ) -> list[RetrievalResult]:
-        """Top ``top_k`` chunks for ``query`` (default: the index's top_k), best first.
-
-        Keyword filters are AND-combined equality on chunk metadata; ``metadata_filter`` narrows further.
-        Raises ``ValueError`` for a blank query or a non-positive top_k.
-        """
-        return self.search_report(
-            query,
-            topic=topic,
-            entity=entity,
-            geography=geography,
-            period=period,
-            language=language,
-            top_k=top_k,
-            metadata_filter=metadata_filter,
-        ).results
-
-    def search_report(
-        self,
-        query: str,
-        *,
-        topic: str | None = None,
-        entity: str | None = None,
-        geography: str | None = None,
-        period: str | None = None,
-        language: str | None = None,
         top_k: int | None = None,
         metadata_filter: MetadataFilter | None = None,
         without: Collection[str] = (),
     ) -> SearchReport:
-        """Like ``search`` but also reports degraded stages (an embedding failure) and stage timings.
-        ``without`` names model channels (``"dense"``, ``"sparse"``) to leave out of this search."""
+        """Top ``top_k`` chunks for ``query`` among those ``fields`` and ``metadata_filter`` admit, with the
+        degraded stages and stage timings (see ``TextSearch.search_report``)."""
         validate_query(query)
         k = self.top_k if top_k is None else validate_top_k(top_k)
-        if metadata_filter is not None and not isinstance(metadata_filter, MetadataFilter):
-            raise ValueError("metadata_filter must be a MetadataFilter (see filtering.make_filter)")
-        keyword = {
-            "topic": topic,
-            "entity": entity,
-            "geography": geography,
-            "period": period,
-            "language": language,
-        }
+        check_metadata_filter(metadata_filter)
         report = SearchReport(results=[])
         t0 = time.perf_counter()
-        variants = self._variants(query)
-        encoded = encode_query(self, query, keyword, metadata_filter, k, without, report)
+        variants = query_variants(self.query_rewriter, query)
+        encoded = encode_query(self, query, fields, metadata_filter, k, without, report)
         with self._lock:
             t_filter = time.perf_counter()
-            candidates = self._candidates(keyword, metadata_filter)
+            candidates = self._candidates(fields, metadata_filter)
             report.timings_ms["filter"] = (time.perf_counter() - t_filter) * 1000.0
             if candidates is not None and not candidates:
                 return report
@@ -417,27 +341,10 @@ class TextIndex:
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
         return report
 
-    def _variants(self, query: str) -> list[str]:
-        if self.query_rewriter is None:
-            return [query]
-        try:
-            variants = [v for v in self.query_rewriter.rewrite(query) if isinstance(v, str) and v.strip()]
-        except Exception:  # a broken rewriter must not cost the original query
-            return [query]
-        if not variants or variants[0] != query:
-            variants = [query, *[v for v in variants if v != query]]
-        return variants
-
-    def _candidates(
-        self, keyword: Mapping[str, str | None], metadata_filter: MetadataFilter | None
-    ) -> list[str] | None:
+    def _candidates(self, fields: FilterFields, metadata_filter: MetadataFilter | None) -> list[str] | None:
         """Chunk ids surviving the pre-filter, or None when nothing filters (every chunk is a candidate)."""
         ids: set[str] | None = None
-        for name, value in keyword.items():
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise ValueError(f"filter {name} must be a string, got {type(value).__name__}")
+        for name, value in fields.items():
             bucket = self._by_field[name].get(value, set())
             ids = set(bucket) if ids is None else ids & bucket
             if not ids:

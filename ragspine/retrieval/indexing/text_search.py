@@ -1,6 +1,7 @@
 """One search of the text index: encode the query for the model channels (no lock held), then rank
-the candidates by every channel and fuse (the index's lock held). ``TextIndex.search_report`` calls these
-two steps; they read the index's channels and table, and write only the report."""
+the candidates by every channel and fuse (the index's lock held). ``TextIndex.search_fields`` calls these
+two steps; they read the index's channels and table, and write only the report. The Qdrant index shares the
+model channels' checks (``usable_models``, ``degrade``) and the fused results (``fused_results``)."""
 
 from __future__ import annotations
 
@@ -10,21 +11,82 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ragspine.retrieval.channels.fusion import fuse_rankings
+from ragspine.retrieval.chunking.types import Chunk
+from ragspine.retrieval.filtering.fields import FilterFields
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
+from ragspine.retrieval.indexing.text_api import SearchReport
 from ragspine.retrieval.results import RetrievalResult
 from ragspine.retrieval.text.language import query_language, reads_language
 from ragspine.retrieval.text.tokenizer import tokenize
 
 if TYPE_CHECKING:
-    from ragspine.retrieval.indexing.text_index import SearchReport, TextIndex
+    from ragspine.retrieval.indexing.text_index import TextIndex
 
-__all__ = ["encode_query", "pending_in", "rank_channels"]
+__all__ = [
+    "LABELS",
+    "TIMINGS",
+    "degrade",
+    "encode_query",
+    "fused_results",
+    "pending_in",
+    "rank_channels",
+    "usable_models",
+]
+
+# How a report names each model channel (its degraded stage, its error, its timing).
+LABELS = {"dense": "embedding", "sparse": "sparse"}
+TIMINGS = {"dense": "vector", "sparse": "sparse"}
+
+
+def usable_models(
+    models: Mapping[str, object | None], query: str, without: Collection[str], report: SearchReport
+) -> dict[str, bool]:
+    """Which model channels (``"dense"``, ``"sparse"`` -> their model or None) this search runs: those
+    with a model that reads the query's language (the others are reported skipped), less ``without``."""
+    use = dict.fromkeys(models, False)
+    if any(model is not None for model in models.values()):
+        language = query_language(query)
+        for kind, model in models.items():
+            use[kind] = model is not None and reads_language(model, language)
+            if model is not None and not use[kind]:
+                report.skipped.append(f"{LABELS[kind]} (model does not read {language})")
+    return {kind: on and kind not in without for kind, on in use.items()}
+
+
+def degrade(report: SearchReport, kind: str, exc: Exception) -> None:
+    """Report the model channel ``kind`` degraded by ``exc``: the answer goes on without it."""
+    report.degraded.append(LABELS[kind])
+    report.errors[LABELS[kind]] = f"{type(exc).__name__}: {exc}"
+
+
+def fused_results(
+    rankings: list[list[str]],
+    k: int,
+    rrf_k: int,
+    chunks: Mapping[str, Chunk],
+    bm25: Mapping[str, float],
+    vector: Mapping[str, float],
+    sparse: Mapping[str, float] | None,
+) -> list[RetrievalResult]:
+    """The top ``k`` of the RRF fusion of the channels' ``rankings``, each with every channel's score of
+    its chunk (0.0 where a channel did not rank it; the sparse score None without a sparse channel)."""
+    make = RetrievalResult.of
+    return [
+        make(
+            chunks[cid],
+            bm25.get(cid, 0.0),
+            vector.get(cid, 0.0),
+            score,
+            None if sparse is None else sparse.get(cid, 0.0),
+        )
+        for cid, score in fuse_rankings(rankings, k, rrf_k)
+    ]
 
 
 def encode_query(
     index: TextIndex,
     query: str,
-    keyword: Mapping[str, str | None],
+    fields: FilterFields,
     metadata_filter: MetadataFilter | None,
     k: int,
     without: Collection[str],
@@ -32,16 +94,8 @@ def encode_query(
 ) -> dict[str, Any]:
     """The model channels' encodings of ``query`` (and an external store's dense hits), made with no
     lock held; a channel whose model fails is left out and reported degraded."""
-    use: dict[str, bool] = {"dense": False, "sparse": False}
     models = {"dense": index.dense.backend, "sparse": index.sparse.encoder}
-    if models["dense"] is not None or models["sparse"] is not None:
-        language = query_language(query)
-        for kind, model in models.items():
-            use[kind] = model is not None and reads_language(model, language)
-            if model is not None and not use[kind]:
-                label = "embedding" if kind == "dense" else "sparse"
-                report.skipped.append(f"{label} (model does not read {language})")
-    encoded: dict[str, Any] = {"use": {kind: on and kind not in without for kind, on in use.items()}}
+    encoded: dict[str, Any] = {"use": usable_models(models, query, without, report)}
     spent = {"dense": 0.0, "sparse": 0.0}
     for kind, channel in (("dense", index.dense), ("sparse", index.sparse)):
         if not encoded["use"][kind]:
@@ -51,13 +105,11 @@ def encode_query(
         try:
             if index.lazy_vectors and pending:
                 with index._lock:
-                    pool = index._candidates(keyword, metadata_filter)
+                    pool = index._candidates(fields, metadata_filter)
                 index._fill(kind, pool)
             encoded[kind] = channel.encode(query)
         except Exception as exc:  # a failing model degrades to lexical-only, never fails the query
-            label = "embedding" if kind == "dense" else "sparse"
-            report.degraded.append(label)
-            report.errors[label] = f"{type(exc).__name__}: {exc}"
+            degrade(report, kind, exc)
         spent[kind] = (time.perf_counter() - started) * 1000.0
     if encoded.get("dense") is not None and index.dense.vector_store is not None:
         # The external vector store is queried with no lock held; hits written after the snapshot
@@ -65,12 +117,11 @@ def encode_query(
         started = time.perf_counter()
         with index._lock:
             encoded["generation"] = index._generation
-            pool = index._candidates(keyword, metadata_filter)
+            pool = index._candidates(fields, metadata_filter)
         try:
             encoded["external"] = index.dense.store_ranking(encoded["dense"], pool, k)
         except Exception as exc:
-            report.degraded.append("embedding")
-            report.errors["embedding"] = f"{type(exc).__name__}: {exc}"
+            degrade(report, "dense", exc)
             encoded["dense"] = None
         spent["dense"] += (time.perf_counter() - started) * 1000.0
     encoded["spent"] = spent
@@ -104,8 +155,7 @@ def rank_channels(
                 else:
                     hits = index.dense.rank(encoded["dense"], candidates, k)
             except Exception as exc:
-                report.degraded.append("embedding")
-                report.errors["embedding"] = f"{type(exc).__name__}: {exc}"
+                degrade(report, "dense", exc)
             else:
                 rankings.append([cid for cid, _ in hits])
                 vector = dict(hits)
@@ -138,17 +188,7 @@ def rank_channels(
             if score > bm25.get(cid, -math.inf):
                 bm25[cid] = score
     rankings[:0] = [list(keys) for keys, _ in lexical]
-    make = RetrievalResult.of
-    report.results = [
-        make(
-            chunks[cid],
-            bm25.get(cid, 0.0),
-            vector.get(cid, 0.0),
-            score,
-            None if sparse is None else sparse.get(cid, 0.0),
-        )
-        for cid, score in fuse_rankings(rankings, k, index.rrf_k)
-    ]
+    report.results = fused_results(rankings, k, index.rrf_k, chunks, bm25, vector, sparse)
 
 
 def pending_in(index: TextIndex, candidates: list[str] | None, *, dense: bool, sparse: bool) -> int:

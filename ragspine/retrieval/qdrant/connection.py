@@ -6,7 +6,6 @@ import contextlib
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,46 +94,3 @@ def call_lock(client: Any, config: QdrantConfig) -> Any:
             return lock
         except TypeError:  # not weak-referenceable: a lock of its own
             return threading.RLock()
-
-
-class CollectionCalls:
-    """What every index over one Qdrant collection shares: calls serialised where the client needs it,
-    failures raised as ``IndexUnavailableError`` naming the collection, and paged scrolls."""
-
-    client: Any
-    config: QdrantConfig
-    collection: str
-    _call_lock: Any
-    _what = "Qdrant index"  # how errors name this kind of collection
-
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            with self._call_lock:
-                return fn(*args, **kwargs)
-        except ValueError:
-            raise
-        except Exception as exc:
-            raise IndexUnavailableError(
-                f"{self._what} {self.collection!r} at {self.config.url} failed during {what}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-
-    def _scroll_pages(
-        self, flt: Any = None, fields: list[str] | bool = True, *, page: int = 1024
-    ) -> Iterator[list[Any]]:
-        """The points matching ``flt`` (payload ``fields``, no vectors), one page of points at a time."""
-        offset = None
-        while True:
-            points, offset = self._call(
-                "scroll",
-                self.client.scroll,
-                self.collection,
-                scroll_filter=flt,
-                limit=page,
-                offset=offset,
-                with_payload=fields,
-                with_vectors=False,
-            )
-            yield list(points)
-            if offset is None:
-                return

@@ -43,15 +43,11 @@ from typing import Any
 import numpy as np
 from qdrant_client import models
 
+from ragspine.retrieval.channels.qdrant_filters import translate
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
-from ragspine.retrieval.qdrant.connection import (
-    CollectionCalls,
-    IndexUnavailableError,
-    QdrantConfig,
-    call_lock,
-)
-from ragspine.retrieval.qdrant.filters import translate
+from ragspine.retrieval.qdrant.collection import CollectionCalls
+from ragspine.retrieval.qdrant.connection import IndexUnavailableError, QdrantConfig, call_lock
 from ragspine.retrieval.visual.page_index import PageLead
 from ragspine.retrieval.visual.page_store import PageStore, StoredPage
 

@@ -1,10 +1,11 @@
 """QdrantRetriever: the narrative index on Qdrant, with ``HybridRetriever``'s search interface.
 
 One collection per library holds one point per (chunk, write): named sparse vectors ``bm25`` (with the
-server-side IDF modifier, see ``bm25_vectors``) and ``splade``, a named dense vector ``dense`` (cosine),
-and the chunk's fields as payload. RESTRICTED chunks are never upserted. The front keeps no per-chunk
-state: each channel is one ``query_points`` call, and the rankings are fused here exactly as
-``HybridRetriever`` fuses them (RRF, ties by (-score, chunk_id)).
+server-side IDF modifier, see ``channels.qdrant_bm25_vectors``) and ``splade``, a named dense vector
+``dense`` (cosine), and the chunk's fields as payload. RESTRICTED chunks are never upserted. The front keeps
+no per-chunk state: each channel (``channels.qdrant_channels``) ranks one named vector with
+``query_points``, and the rankings are fused here exactly as ``HybridRetriever`` fuses them (RRF, ties by
+(-score, chunk_id)).
 
 Versions without multi-point transactions
 -----------------------------------------
@@ -31,14 +32,22 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from qdrant_client import models
 
 from ragspine.retrieval.channels.bm25_reference import validate_bm25_params
-from ragspine.retrieval.channels.fusion import best_first, rrf_fuse
-from ragspine.retrieval.chunking.types import Chunk, StoredChunk
+from ragspine.retrieval.channels.qdrant_channels import (
+    LIVE,
+    QdrantBm25Channel,
+    QdrantChannel,
+    QdrantDenseChannel,
+    QdrantSparseChannel,
+    chunk_from_payload,
+    live,
+)
+from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.constants import (
     DEFAULT_BM25_B,
     DEFAULT_BM25_K1,
@@ -46,29 +55,32 @@ from ragspine.retrieval.constants import (
     DEFAULT_TOP_K,
     is_restricted,
 )
-from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of, make_filter
-from ragspine.retrieval.lexical.hybrid import SearchReport, validate_query, validate_top_k
-from ragspine.retrieval.qdrant.bm25_vectors import document_weights, learned_weights, query_weights
-from ragspine.retrieval.qdrant.connection import (
-    CollectionCalls,
-    QdrantConfig,
-    call_lock,
+from ragspine.retrieval.filtering.fields import FilterFields
+from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, all_of
+from ragspine.retrieval.indexing.text_api import (
+    SearchReport,
+    TextSearch,
+    check_metadata_filter,
+    indexable,
+    query_variants,
+    validate_query,
+    validate_top_k,
 )
-from ragspine.retrieval.qdrant.filters import translate
-from ragspine.retrieval.results import RetrievalResult
+from ragspine.retrieval.indexing.text_search import TIMINGS, degrade, fused_results, usable_models
+from ragspine.retrieval.qdrant.collection import CollectionCalls
+from ragspine.retrieval.qdrant.connection import QdrantConfig, call_lock
 from ragspine.retrieval.seams import EmbeddingBackend, QueryRewriter, SparseEncoder
-from ragspine.retrieval.text.language import query_language, reads_language
 from ragspine.retrieval.text.tokenizer import tokenize
 
 log = logging.getLogger(__name__)
 
+__all__ = ["DOCLEN", "GEN", "LIVE", "QdrantRetriever", "chunk_from_payload", "point_id"]
+
 SCHEMA_VERSION = 1
-LIVE, GEN, DOCLEN = "rs_live", "rs_gen", "rs_dl"
+GEN, DOCLEN = "rs_gen", "rs_dl"
 _NAMESPACE = uuid.UUID("6f1d3c0e-5b1a-4c55-9d57-2f7a3e0b9c11")
-_META_ID = 0
-_CHUNK_FIELDS = tuple(f.name for f in dataclasses.fields(Chunk))
-_STORED_FIELDS = tuple(f.name for f in dataclasses.fields(StoredChunk))
 _KEYWORD_FIELDS = ("chunk_id", "doc_id", "topic", "entity", "geography", "period", "language", "sensitivity")
+_BATCH = 256  # points per upsert
 IndexTextFn = Callable[[Chunk], str]
 
 
@@ -77,14 +89,15 @@ def point_id(chunk_id: str, gen: int) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{chunk_id}@{gen}"))
 
 
-def chunk_from_payload(payload: Mapping[str, Any]) -> Chunk:
-    """The ``Chunk`` (or ``StoredChunk``) a point's payload describes."""
-    if "version" in payload:
-        return StoredChunk(**{name: payload[name] for name in _STORED_FIELDS if name in payload})
-    return Chunk(**{name: payload[name] for name in _CHUNK_FIELDS if name in payload})
+def _chunk_id_in(ids: list[str]) -> models.FieldCondition:
+    return models.FieldCondition(key="chunk_id", match=models.MatchAny(any=ids))
 
 
-class QdrantRetriever(CollectionCalls):
+def _gen_is(gen: int) -> models.FieldCondition:
+    return models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))
+
+
+class QdrantRetriever(TextSearch, CollectionCalls):
     """Hybrid retrieval over one library's Qdrant collection (see the module doc for the write protocol).
 
     ``client`` is a ``qdrant_client.QdrantClient`` (local mode or a server). ``chunks`` given at
@@ -142,17 +155,23 @@ class QdrantRetriever(CollectionCalls):
         self.sparse_encoder = sparse_encoder
         self.k1, self.b, self.rrf_k = float(k1), float(b), rrf_k
         self.index_text_fn = index_text_fn
+        # The channels, in fusion order: BM25 (one ranking per query variant), then the model channels.
+        self.bm25 = QdrantBm25Channel(self._query_page, k1=self.k1, b=self.b)
+        self.model_channels: list[QdrantChannel] = []
+        if embedding_backend is not None:
+            self.model_channels.append(QdrantDenseChannel(self._query_page, embedding_backend))
+        if sparse_encoder is not None:
+            self.model_channels.append(QdrantSparseChannel(self._query_page, sparse_encoder))
         # Local mode is not thread-safe: one lock per local client, shared by every index using it.
         self._call_lock: Any = call_lock(client, config)
         self._write_lock = threading.Lock()
         self._gen = time.time_ns()
-        self.after_step: Callable[[str], None] | None = None  # observation hook between protocol steps
         chunks = list(chunks)
         self._ensure_collections(chunks, size)
         if reconcile:
             self._reconcile(chunks)
 
-    # ------------------------------------------------------------------ qdrant calls
+    # ------------------------------------------------------------------ the collection
     def _dense_size(self) -> int | None:
         if self.embedding_backend is None:
             return None
@@ -163,15 +182,14 @@ class QdrantRetriever(CollectionCalls):
 
     def _ensure_collections(self, chunks: list[Chunk], size: int | None) -> None:
         """Create the library's collection (and its meta collection) or check it matches this schema."""
-        exists = self._call("open", self.client.collection_exists, self.collection)
-        if exists:
-            meta = self._meta()
-            want = {"schema": SCHEMA_VERSION, "dense": size, "k1": self.k1, "b": self.b}
-            have = {key: meta.get(key) for key in want}
-            if have != want:
+        schema = {"schema": SCHEMA_VERSION, "dense": size, "k1": self.k1, "b": self.b}
+        if self._call("open", self.client.collection_exists, self.collection):
+            meta = self._read_meta()
+            have = {key: meta.get(key) for key in schema}
+            if have != schema:
                 raise ValueError(
-                    f"Qdrant collection {self.collection!r} was built with {have}, this index needs {want}: "
-                    f"run `ragspine reindex --library {self.library}` to migrate it"
+                    f"Qdrant collection {self.collection!r} was built with {have}, this index needs "
+                    f"{schema}: run `ragspine reindex --library {self.library}` to migrate it"
                 )
             return
         vectors = (
@@ -187,80 +205,43 @@ class QdrantRetriever(CollectionCalls):
                 "splade": models.SparseVectorParams(),
             },
         )
-        for key in (*_KEYWORD_FIELDS, LIVE) if self.config.is_remote else ():  # local mode scans
-            schema = models.PayloadSchemaType.BOOL if key == LIVE else models.PayloadSchemaType.KEYWORD
-            self._call("index payload", self.client.create_payload_index, self.collection, key, schema)
-        if self.config.is_remote:
-            self._call(
-                "index payload",
-                self.client.create_payload_index,
-                self.collection,
-                GEN,
-                models.PayloadSchemaType.INTEGER,
-            )
-        if not self._call("open", self.client.collection_exists, self.meta_collection):
-            self._call(
-                "create collection", self.client.create_collection, self.meta_collection, vectors_config={}
-            )
-        lengths = [len(tokenize(self.index_text(c))) for c in chunks if not is_restricted(c.sensitivity)]
+        keyword = models.PayloadSchemaType.KEYWORD
+        self._index_payload(
+            dict.fromkeys(_KEYWORD_FIELDS, keyword)
+            | {LIVE: models.PayloadSchemaType.BOOL, GEN: models.PayloadSchemaType.INTEGER}
+        )
+        self._ensure_meta_collection()
+        lengths = self._lengths([c for c in chunks if not is_restricted(c.sensitivity)])
         avgdl = (sum(lengths) / len(lengths)) if lengths and sum(lengths) else 0.0
-        if self._initial_avgdl is not None:
-            avgdl = float(self._initial_avgdl)
-        self._write_meta(
-            {"schema": SCHEMA_VERSION, "dense": size, "k1": self.k1, "b": self.b, "avgdl": avgdl}
-            | {"total_dl": 0, "n": 0}
-        )
+        self._write_meta(schema | {"avgdl": self._pinned(avgdl), "total_dl": 0, "n": 0})
 
-    def _meta(self) -> dict[str, Any]:
-        found = self._call(
-            "read meta", self.client.retrieve, self.meta_collection, [_META_ID], with_payload=True
-        )
-        return dict(found[0].payload or {}) if found else {}
-
-    def _write_meta(self, payload: dict[str, Any]) -> None:
-        point = models.PointStruct(id=_META_ID, vector={}, payload=payload)
-        self._call("write meta", self.client.upsert, self.meta_collection, [point], wait=True)
+    def _pinned(self, avgdl: float) -> float:
+        """``avgdl``, unless this index was given one to keep."""
+        return avgdl if self._initial_avgdl is None else float(self._initial_avgdl)
 
     @property
     def avgdl(self) -> float:
         """The reference mean document length the stored BM25 weights were computed with."""
-        return float(self._meta().get("avgdl") or 0.0)
+        return float(self._read_meta().get("avgdl") or 0.0)
 
     # ------------------------------------------------------------------ writes
     def index_text(self, chunk: Chunk) -> str:
         return self.index_text_fn(chunk) if self.index_text_fn is not None else chunk.text
 
-    def _step(self, name: str) -> None:
-        if self.after_step is not None:
-            self.after_step(name)
+    def _lengths(self, chunks: list[Chunk]) -> list[int]:
+        return [len(tokenize(self.index_text(c))) for c in chunks]
 
     def _points(self, batch: list[Chunk], gen: int, avgdl: float) -> list[models.PointStruct]:
         texts = [self.index_text(c) for c in batch]
         token_lists = [tokenize(t) for t in texts]
-        dense: list[list[float]] | None = None
-        if self.embedding_backend is not None:
-            dense = self.embedding_backend.embed_texts(texts)
-            if len(dense) != len(batch):
-                raise RuntimeError(f"embedding backend returned {len(dense)} vectors for {len(batch)} texts")
-        splade: list[dict[str, float]] | None = None
-        if self.sparse_encoder is not None:
-            splade = self.sparse_encoder.encode(texts)
-            if len(splade) != len(batch):
-                raise RuntimeError(f"sparse encoder returned {len(splade)} maps for {len(batch)} texts")
+        vectors: list[dict[str, Any]] = [{} for _ in batch]
+        for channel in (self.bm25, *self.model_channels):
+            for vector, value in zip(vectors, channel.documents(texts, token_lists, avgdl), strict=True):
+                if value is not None:
+                    vector[channel.using] = value
         points = []
-        for i, (chunk, tokens) in enumerate(zip(batch, token_lists, strict=True)):
-            vector: dict[str, Any] = {}
-            indices, values = document_weights(tokens, k1=self.k1, b=self.b, avgdl=avgdl)
-            if indices:
-                vector["bm25"] = models.SparseVector(indices=indices, values=values)
-            if splade is not None:
-                s_idx, s_val = learned_weights(splade[i])
-                if s_idx:
-                    vector["splade"] = models.SparseVector(indices=s_idx, values=s_val)
-            if dense is not None:
-                vector["dense"] = [float(x) for x in dense[i]]
-            payload = dataclasses.asdict(chunk)
-            payload.update({LIVE: False, GEN: gen, DOCLEN: len(tokens)})
+        for chunk, tokens, vector in zip(batch, token_lists, vectors, strict=True):
+            payload = dataclasses.asdict(chunk) | {LIVE: False, GEN: gen, DOCLEN: len(tokens)}
             points.append(
                 models.PointStruct(id=point_id(chunk.chunk_id, gen), vector=vector, payload=payload)
             )
@@ -281,50 +262,38 @@ class QdrantRetriever(CollectionCalls):
         batch: list[Chunk] = []
         for remove_ids, chunks in changes:
             remove.extend(remove_ids)
-            for chunk in chunks:
-                if not isinstance(chunk, Chunk):
-                    raise ValueError(f"expected Chunk objects, got {type(chunk).__name__}")
-                if not is_restricted(chunk.sensitivity):
-                    batch.append(chunk)
+            batch.extend(indexable(chunks))
         with self._write_lock:
             self._apply(list(dict.fromkeys(remove)), batch)
+
+    def _upsert(self, batch: list[Chunk], gen: int, avgdl: float) -> Iterable[list[models.PointStruct]]:
+        """Step 1 of the protocol: upsert ``batch`` hidden as write ``gen``, yielding each batch written."""
+        for lo in range(0, len(batch), _BATCH):
+            points = self._points(batch[lo : lo + _BATCH], gen, avgdl)
+            self._call("upsert", self.client.upsert, self.collection, points, wait=True)
+            yield points
 
     def _apply(self, remove: list[str], batch: list[Chunk]) -> None:
         touched = list(dict.fromkeys([*remove, *(c.chunk_id for c in batch)]))
         if not touched:
             return
         gen = self._next_gen()
-        meta = self._meta()
+        meta = self._read_meta()
         if float(meta.get("avgdl") or 0.0) <= 0 and batch:  # the first write fixes the reference length
-            total = sum(len(tokenize(self.index_text(c))) for c in batch)
+            total = sum(self._lengths(batch))
             meta["avgdl"] = total / len(batch) if total else 1.0
             self._write_meta(meta)
         new_ids: list[str] = []
         added_dl = 0
-        for lo in range(0, len(batch), 256):
-            points = self._points(batch[lo : lo + 256], gen, float(meta["avgdl"]))
-            self._call("upsert", self.client.upsert, self.collection, points, wait=True)
+        for points in self._upsert(batch, gen, float(meta["avgdl"])):
             new_ids.extend(str(p.id) for p in points)
             added_dl += sum(int((p.payload or {})[DOCLEN]) for p in points)
         self._step("upserted hidden")
         old = self._older_points(touched, gen)
         old_ids = [pid for pid, _, _ in old]
-        if old_ids:
-            self._call(
-                "hide", self.client.set_payload, self.collection, {LIVE: False}, points=old_ids, wait=True
-            )
-        self._step("hid old")
-        if new_ids:
-            self._call(
-                "show", self.client.set_payload, self.collection, {LIVE: True}, points=new_ids, wait=True
-            )
-        self._step("showed new")
-        if old_ids:
-            selector = models.PointIdsList(points=list(old_ids))
-            self._call("delete", self.client.delete, self.collection, points_selector=selector, wait=True)
-        self._step("deleted old")
-        was_live = [dl for _, live, dl in old if live]
-        meta = self._meta()
+        self._switch(old_ids or None, new_ids or None)
+        was_live = [dl for _, is_live, dl in old if is_live]
+        meta = self._read_meta()
         meta["total_dl"] = int(meta.get("total_dl", 0)) + added_dl - sum(was_live)
         meta["n"] = int(meta.get("n", 0)) + len(new_ids) - len(was_live)
         self._write_meta(meta)
@@ -337,44 +306,21 @@ class QdrantRetriever(CollectionCalls):
         old ones deleted, so queries see the old index until the switch. BM25 weights use the exact mean
         length of ``chunks``. ``progress`` is called with the number of chunks written after each batch.
         Returns the number of chunks indexed (RESTRICTED ones are skipped)."""
-        batch = []
-        for chunk in chunks:
-            if not isinstance(chunk, Chunk):
-                raise ValueError(f"expected Chunk objects, got {type(chunk).__name__}")
-            if not is_restricted(chunk.sensitivity):
-                batch.append(chunk)
+        batch = indexable(chunks)
         with self._write_lock:
             gen = self._next_gen()
-            lengths = [len(tokenize(self.index_text(c))) for c in batch]
-            avgdl = (sum(lengths) / len(lengths) if sum(lengths) else 1.0) if lengths else 0.0
-            if self._initial_avgdl is not None:
-                avgdl = float(self._initial_avgdl)
-            self._write_meta({**self._meta(), "avgdl": avgdl, "total_dl": sum(lengths), "n": len(batch)})
-            for lo in range(0, len(batch), 256):
-                points = self._points(batch[lo : lo + 256], gen, avgdl or 1.0)
-                self._call("upsert", self.client.upsert, self.collection, points, wait=True)
+            lengths = self._lengths(batch)
+            avgdl = self._pinned((sum(lengths) / len(lengths) if sum(lengths) else 1.0) if lengths else 0.0)
+            self._write_meta({**self._read_meta(), "avgdl": avgdl, "total_dl": sum(lengths), "n": len(batch)})
+            for points in self._upsert(batch, gen, avgdl or 1.0):
                 if progress is not None:
                     progress(len(points))
-            other = models.Filter(
-                must_not=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))]
-            )
-            this = models.Filter(must=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))])
-            self._call(
-                "hide", self.client.set_payload, self.collection, {LIVE: False}, points=other, wait=True
-            )
-            self._step("hid old")
-            self._call("show", self.client.set_payload, self.collection, {LIVE: True}, points=this, wait=True)
-            self._step("showed new")
-            self._call("delete", self.client.delete, self.collection, points_selector=other, wait=True)
-            self._step("deleted old")
+            self._switch(models.Filter(must_not=[_gen_is(gen)]), models.Filter(must=[_gen_is(gen)]))
         return len(batch)
 
     def _older_points(self, chunk_ids: list[str], gen: int) -> list[tuple[Any, bool, int]]:
         """(point id, live, token count) of every point of ``chunk_ids`` from a write other than ``gen``."""
-        flt = models.Filter(
-            must=[models.FieldCondition(key="chunk_id", match=models.MatchAny(any=chunk_ids))],
-            must_not=[models.FieldCondition(key=GEN, match=models.MatchValue(value=gen))],
-        )
+        flt = models.Filter(must=[_chunk_id_in(chunk_ids)], must_not=[_gen_is(gen)])
         out: list[tuple[Any, bool, int]] = []
         for points in self._scroll_pages(flt, [DOCLEN, LIVE]):
             for p in points:
@@ -393,7 +339,7 @@ class QdrantRetriever(CollectionCalls):
     def reweigh(self) -> int:
         """Recompute every point's BM25 weights with the live mean length; returns the points rewritten."""
         with self._write_lock:
-            return self._reweigh(self._meta())
+            return self._reweigh(self._read_meta())
 
     def _reweigh(self, meta: dict[str, Any]) -> int:
         n = int(meta.get("n", 0))
@@ -405,10 +351,9 @@ class QdrantRetriever(CollectionCalls):
             updates = []
             for p in points:
                 tokens = tokenize(self.index_text(chunk_from_payload(p.payload or {})))
-                indices, values = document_weights(tokens, k1=self.k1, b=self.b, avgdl=avgdl)
-                if indices:
-                    vector: dict[str, Any] = {"bm25": models.SparseVector(indices=indices, values=values)}
-                    updates.append(models.PointVectors(id=p.id, vector=vector))
+                vector = self.bm25.document(tokens, avgdl)
+                if vector is not None:
+                    updates.append(models.PointVectors(id=p.id, vector={self.bm25.using: vector}))
             if updates:
                 self._call("reweigh", self.client.update_vectors, self.collection, updates, wait=True)
                 rewritten += len(updates)
@@ -427,13 +372,9 @@ class QdrantRetriever(CollectionCalls):
         ids = list(dict.fromkeys(chunk_ids))
         if not ids:
             return 0
-        live = self._count(
-            models.Filter(
-                must=[self._live(), models.FieldCondition(key="chunk_id", match=models.MatchAny(any=ids))]
-            )
-        )
+        removed = self._count(models.Filter(must=[live(), _chunk_id_in(ids)]))
         self.replace_chunks(ids, [])
-        return live
+        return removed
 
     def _reconcile(self, chunks: list[Chunk]) -> None:
         wanted = {c.chunk_id for c in chunks if not is_restricted(c.sensitivity)}
@@ -441,27 +382,18 @@ class QdrantRetriever(CollectionCalls):
         self.replace_chunks(stale, chunks)
 
     # ------------------------------------------------------------------ inspection
-    @staticmethod
-    def _live() -> models.FieldCondition:
-        return models.FieldCondition(key=LIVE, match=models.MatchValue(value=True))
-
-    def _count(self, flt: models.Filter | None = None) -> int:
-        return int(
-            self._call("count", self.client.count, self.collection, count_filter=flt, exact=True).count
-        )
-
     def __len__(self) -> int:
-        return self._count(models.Filter(must=[self._live()]))
+        return self._count(models.Filter(must=[live()]))
 
     def __contains__(self, chunk_id: object) -> bool:
         if not isinstance(chunk_id, str):
             return False
         key = models.FieldCondition(key="chunk_id", match=models.MatchValue(value=chunk_id))
-        return self._count(models.Filter(must=[self._live(), key])) > 0
+        return self._count(models.Filter(must=[live(), key])) > 0
 
     def scroll_payloads(self, *, live_only: bool = True) -> list[dict[str, Any]]:
         """Every point's payload in the collection (live ones only by default)."""
-        flt = models.Filter(must=[self._live()]) if live_only else None
+        flt = models.Filter(must=[live()]) if live_only else None
         return [dict(p.payload or {}) for points in self._scroll_pages(flt, page=512) for p in points]
 
     def live_chunk_ids(self) -> list[str]:
@@ -470,25 +402,19 @@ class QdrantRetriever(CollectionCalls):
     def warm(self) -> None:
         """Bring the BM25 weights to the exact live mean length (vectors are computed at write time)."""
         with self._write_lock:
-            meta = self._meta()
+            meta = self._read_meta()
             if self._initial_avgdl is None and self._drift(meta) > 0:
                 self._reweigh(meta)
 
     # ------------------------------------------------------------------ search
-    def search(self, query: str, **kwargs: Any) -> list[RetrievalResult]:
-        return self.search_report(query, **kwargs).results
-
-    def search_report(
+    def search_fields(
         self,
         query: str,
+        fields: FilterFields,
         *,
-        topic: str | None = None,
-        entity: str | None = None,
-        geography: str | None = None,
-        period: str | None = None,
-        language: str | None = None,
         top_k: int | None = None,
         metadata_filter: MetadataFilter | None = None,
+        without: Collection[str] = (),
     ) -> SearchReport:
         """Top ``top_k`` chunks for ``query``, fused like ``HybridRetriever.search_report``.
 
@@ -496,151 +422,42 @@ class QdrantRetriever(CollectionCalls):
         channel (never a partial or empty answer in its place)."""
         validate_query(query)
         k = self.top_k if top_k is None else validate_top_k(top_k)
-        if metadata_filter is not None and not isinstance(metadata_filter, MetadataFilter):
-            raise ValueError("metadata_filter must be a MetadataFilter (see filtering.make_filter)")
-        keyword = {
-            "topic": topic,
-            "entity": entity,
-            "geography": geography,
-            "period": period,
-            "language": language,
-        }
-        conditions = []
-        for name, value in keyword.items():
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise ValueError(f"filter {name} must be a string, got {type(value).__name__}")
-            conditions.append((name, "eq", value))
-        exact_filter = metadata_filter
-        if conditions:
-            exact_filter = all_of(make_filter(conditions), metadata_filter)
+        check_metadata_filter(metadata_filter)
+        where = all_of(fields.as_filter(), metadata_filter)
         report = SearchReport(results=[])
         t0 = time.perf_counter()
         rankings: list[list[str]] = []
         chunks: dict[str, Chunk] = {}
-        bm25: dict[str, float] = {}
-        for variant in self._variants(query):
-            indices, values = query_weights(tokenize(variant))
-            if not indices:
-                rankings.append([])
-                continue
-            hits = self._ranked("bm25", models.SparseVector(indices=indices, values=values), exact_filter, k)
+        scores: dict[str, dict[str, float]] = {"bm25": {}, "dense": {}, "sparse": {}}
+        for variant in query_variants(self.query_rewriter, query):
+            encoded = self.bm25.encode(variant)
+            hits = [] if encoded is None else self.bm25.hits(encoded, k, where)
             rankings.append([cid for cid, _, _ in hits])
             for cid, score, chunk in hits:
                 chunks[cid] = chunk
-                if score > bm25.get(cid, -math.inf):
-                    bm25[cid] = score
+                if score > scores["bm25"].get(cid, -math.inf):
+                    scores["bm25"][cid] = score
         report.timings_ms["lexical"] = (time.perf_counter() - t0) * 1000.0
-        lang = query_language(query)
-        vector: dict[str, float] = {}
-        if self.embedding_backend is not None and not reads_language(self.embedding_backend, lang):
-            report.skipped.append(f"embedding (model does not read {lang})")
-        elif self.embedding_backend is not None:
-            t1 = time.perf_counter()
+        models_of = {"dense": self.embedding_backend, "sparse": self.sparse_encoder}
+        use = usable_models(models_of, query, without, report)
+        for channel in self.model_channels:
+            if not use[channel.name]:
+                continue
+            started = time.perf_counter()
             try:
-                embed = (
-                    getattr(self.embedding_backend, "embed_queries", None)
-                    or self.embedding_backend.embed_texts
-                )
-                qvec = [float(x) for x in embed([query])[0]]
-                dense_hits = self._ranked("dense", qvec, exact_filter, k)
-            except Exception as exc:  # the dense channel degrades, the answer stays lexical-only
-                report.degraded.append("embedding")
-                report.errors["embedding"] = f"{type(exc).__name__}: {exc}"
+                encoded = channel.encode(query)
+                hits = [] if encoded is None else channel.hits(encoded, k, where)
+            except Exception as exc:  # a model channel degrades, the answer stays lexical
+                degrade(report, channel.name, exc)
             else:
-                rankings.append([cid for cid, _, _ in dense_hits])
-                for cid, score, chunk in dense_hits:
+                rankings.append([cid for cid, _, _ in hits])
+                for cid, score, chunk in hits:
                     chunks[cid] = chunk
-                    vector[cid] = score
-            report.timings_ms["vector"] = (time.perf_counter() - t1) * 1000.0
-        sparse: dict[str, float] | None = None
-        if self.sparse_encoder is not None and not reads_language(self.sparse_encoder, lang):
-            report.skipped.append(f"sparse (model does not read {lang})")
-            sparse = {}
-        elif self.sparse_encoder is not None:
-            t2 = time.perf_counter()
-            sparse = {}
-            try:
-                encode = getattr(self.sparse_encoder, "encode_queries", None) or self.sparse_encoder.encode
-                s_idx, s_val = learned_weights(encode([query])[0])
-                sparse_hits = (
-                    self._ranked("splade", models.SparseVector(indices=s_idx, values=s_val), exact_filter, k)
-                    if s_idx
-                    else []
-                )
-            except Exception as exc:
-                report.degraded.append("sparse")
-                report.errors["sparse"] = f"{type(exc).__name__}: {exc}"
-            else:
-                rankings.append([cid for cid, _, _ in sparse_hits])
-                for cid, score, chunk in sparse_hits:
-                    chunks[cid] = chunk
-                    sparse[cid] = score
-            report.timings_ms["sparse"] = (time.perf_counter() - t2) * 1000.0
-        fused = rrf_fuse(rankings, k=self.rrf_k)
-        order = best_first(fused, k)
-        report.results = [
-            RetrievalResult(
-                chunk=chunks[cid],
-                bm25_score=bm25.get(cid, 0.0),
-                vector_score=vector.get(cid, 0.0),
-                fused_score=score,
-                sparse_score=None if sparse is None else sparse.get(cid, 0.0),
-            )
-            for cid, score in order
-        ]
+                    scores[channel.name][cid] = score
+            report.timings_ms[TIMINGS[channel.name]] = (time.perf_counter() - started) * 1000.0
+        sparse = None if self.sparse_encoder is None else scores["sparse"]
+        report.results = fused_results(
+            rankings, k, self.rrf_k, chunks, scores["bm25"], scores["dense"], sparse
+        )
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
         return report
-
-    def _variants(self, query: str) -> list[str]:
-        if self.query_rewriter is None:
-            return [query]
-        try:
-            variants = [v for v in self.query_rewriter.rewrite(query) if isinstance(v, str) and v.strip()]
-        except Exception:  # a broken rewriter must not cost the original query
-            return [query]
-        if not variants or variants[0] != query:
-            variants = [query, *[v for v in variants if v != query]]
-        return variants
-
-    def _ranked(
-        self, using: str, query: Any, metadata_filter: MetadataFilter | None, k: int
-    ) -> list[tuple[str, float, Chunk]]:
-        """Best ``k`` live, filter-matching points of one channel as (chunk_id, score, chunk), ordered by
-        (-score, chunk_id). Fetches past ties at the k-th score and past points the exact filter drops."""
-        must: list[Any] = [self._live()]
-        params = None
-        if metadata_filter is not None:
-            condition, _exact = translate(metadata_filter)
-            must.append(condition)
-            if using == "bm25":  # document frequencies over the filtered corpus, like the in-process index
-                params = models.SearchParams(idf=models.IdfCorpusParams(corpus=models.Filter(must=must[1:])))
-        flt = models.Filter(must=must)
-        limit = k + 8
-        while True:
-            response = self._call(
-                f"{using} search",
-                self.client.query_points,
-                self.collection,
-                query=query,
-                using=using,
-                query_filter=flt,
-                limit=limit,
-                with_payload=True,
-                search_params=params,
-            )
-            points = response.points
-            hits = []
-            for p in points:
-                chunk = chunk_from_payload(p.payload or {})
-                if metadata_filter is None or metadata_filter.matches(chunk):
-                    hits.append((chunk.chunk_id, float(p.score), chunk))
-            exhausted = len(points) < limit
-            hits.sort(key=lambda h: (-h[1], h[0]))
-            if exhausted:
-                return hits[:k]
-            last = float(points[-1].score)
-            if len(hits) >= k and hits[k - 1][1] > last:
-                return hits[:k]
-            limit *= 2
