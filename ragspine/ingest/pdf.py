@@ -15,6 +15,20 @@ def _pdfium() -> Any:
     return pypdfium2
 
 
+def open_pdf(pdfium: Any, source: bytes | str, *, label: str) -> Any:
+    """``pdfium.PdfDocument(source)`` (PDF bytes or a file path); ``ValueError`` naming ``label`` for a
+    password-protected PDF and for one pdfium cannot read (corrupt, or not a PDF)."""
+    try:
+        return pdfium.PdfDocument(source)
+    except pdfium.PdfiumError as exc:
+        reason = str(exc)
+        if "password" in reason.lower():
+            raise ValueError(
+                f"{label} is encrypted (password-protected); decrypt it before ingesting ({reason})"
+            ) from None
+        raise ValueError(f"{label} is not a readable PDF (a corrupt PDF, or not a PDF): {reason}") from None
+
+
 def pdf_text(data: bytes, *, source: str = "PDF", limits: IngestLimits | None = None) -> tuple[str, int]:
     """Text of every page (pages separated by blank lines) and the page count.
 
@@ -24,16 +38,7 @@ def pdf_text(data: bytes, *, source: str = "PDF", limits: IngestLimits | None = 
     """
     if not data.startswith(b"%PDF-"):
         raise ValueError(f"{source} is not a PDF (it does not start with %PDF-)")
-    pdfium = _pdfium()
-    try:
-        document = pdfium.PdfDocument(data)
-    except pdfium.PdfiumError as exc:
-        reason = str(exc)
-        if "password" in reason.lower():
-            raise ValueError(
-                f"{source} is encrypted (password-protected); decrypt it before ingesting"
-            ) from None
-        raise ValueError(f"{source} is a corrupt PDF that cannot be opened ({reason})") from None
+    document = open_pdf(_pdfium(), data, label=source)
     try:
         if limits is not None:
             limits.check_pages(len(document), source=source)

@@ -9,15 +9,15 @@ Simplification: document punctuation tokens are kept (ColBERTv2 masks them); sco
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
-from ragspine.models.batching import BatchPolicy, run_batched
+from ragspine.models.batching import run_batched
 from ragspine.models.colbert_weights import load_projection
-from ragspine.models.device import make_onnx_session, select_device, select_dtype
-from ragspine.models.onnx_rerank_export import export_colbert, onnx_threads, quantize_int8, select_runtime
-from ragspine.models.packaged import DEFAULT_COLBERT_ID, require, resolve_model_dir
+from ragspine.models.onnx_rerank_export import export_colbert
+from ragspine.models.packaged import DEFAULT_COLBERT_ID
+from ragspine.models.runtime import ModelReranker, RuntimeOptions, check_rerank_input
 from ragspine.models.tokenization import Encoded, TextTokenizer, check_texts
 
 QUERY_MARKER = "[unused0]"
@@ -40,7 +40,7 @@ def maxsim(query_vectors: np.ndarray, doc_vectors: np.ndarray) -> float:
     return float(similarities.max(axis=1).sum())
 
 
-class ColBERTReranker:
+class ColBERTReranker(ModelReranker):
     """Reranker (``name == "colbert"``) scoring each passage by MaxSim against the query's token vectors.
 
     ``model_name_or_path``: a ColBERT checkpoint folder or Hub id (BERT weights under ``bert.*`` plus
@@ -52,6 +52,8 @@ class ColBERTReranker:
     in numpy. ``"torch"`` runs the checkpoint itself (bf16/fp16 on CUDA, fp32 on CPU, or ``dtype``);
     ``"auto"`` picks onnx on CPU when onnxruntime imports, torch on CUDA. ``int8=True`` (onnx only) runs a
     dynamically quantised copy of the export. ``encoder``/``projection`` exist on torch, ``session`` on onnx.
+    ``device``, ``batch_tokens``, ``max_batch_size``, ``dtype``, ``runtime`` and ``int8`` are the
+    ``RuntimeOptions``.
 
     Raises ``ImportError`` naming the extra without torch/transformers (or onnxruntime for
     ``runtime="onnx"``), ``ValueError`` naming the id/path when the checkpoint cannot be loaded or has no
@@ -64,30 +66,15 @@ class ColBERTReranker:
         self,
         model_name_or_path: str | Path = DEFAULT_COLBERT_ID,
         *,
-        device: str = "auto",
         query_max_length: int = 32,
         doc_max_length: int = 180,
-        batch_tokens: int = 16384,
-        max_batch_size: int = 64,
-        dtype: Any = None,
-        runtime: str = "auto",
-        int8: bool = False,
+        **options: Unpack[RuntimeOptions],
     ) -> None:
-        self._torch = require("torch")
-        transformers = require("transformers")
-        folder = resolve_model_dir(model_name_or_path, what="ColBERT checkpoint")
-        self.model_name = str(model_name_or_path)
-        self.device = select_device(device)
-        self.runtime = select_runtime(runtime, self.device, int8=int8, dtype=dtype)
-        self.int8 = int8
-        self.policy = BatchPolicy(max_tokens=batch_tokens, max_batch_size=max_batch_size)
-        self.session: Any = None
+        folder, transformers = self._start(model_name_or_path, what="ColBERT checkpoint", **options)
         if self.runtime == "onnx":
-            self.dtype = self._torch.float32
             self._open_onnx(folder)
             config = self._read_config(folder, transformers)
         else:
-            self.dtype = dtype or select_dtype(self.device)
             self._load_torch(folder, transformers)
             config = self.encoder.config
         # Neither side may outgrow the position table (a longer input would fail inside the model).
@@ -108,7 +95,7 @@ class ColBERTReranker:
         try:
             self.encoder = transformers.AutoModel.from_pretrained(str(folder), dtype=self.dtype)
         except Exception as exc:
-            raise ValueError(f"ColBERT checkpoint {self.model_name!r} could not be loaded: {exc}") from exc
+            raise self._cannot_load(exc) from exc
         self.encoder.to(self.device).eval()
         hidden = int(self.encoder.config.hidden_size)
         if projection.shape[1] != hidden:
@@ -119,22 +106,9 @@ class ColBERTReranker:
         self.projection = self._torch.from_numpy(projection).to(self.device, self.dtype)  # (out, hidden)
         self.dim = int(projection.shape[0])
 
-    def _read_config(self, folder: Path, transformers: Any) -> Any:
-        try:
-            return transformers.AutoConfig.from_pretrained(str(folder))
-        except (ValueError, OSError) as exc:
-            raise ValueError(f"ColBERT checkpoint {self.model_name!r} could not be loaded: {exc}") from exc
-
     def _open_onnx(self, folder: Path) -> None:
-        try:
-            graph = export_colbert(folder)
-            if self.int8:
-                graph = quantize_int8(graph)
-        except ValueError as exc:
-            raise ValueError(f"ColBERT checkpoint {self.model_name!r} could not be loaded: {exc}") from exc
-        self.session = make_onnx_session(graph, device=self.device, threads=onnx_threads())
-        self._input_names = [i.name for i in self.session.session.get_inputs()]
-        width = self.session.session.get_outputs()[0].shape[-1]  # the head's output size, fixed in the graph
+        graph, session = self._open_export(export_colbert, folder)
+        width = session.session.get_outputs()[0].shape[-1]  # the head's output size, fixed in the graph
         if not isinstance(width, int):
             raise ValueError(
                 f"ColBERT export {str(graph)!r} has no fixed vector size; delete it to re-export"
@@ -150,16 +124,13 @@ class ColBERTReranker:
 
     def _vectors(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """Unit-length token vectors (batch, seq, dim) float32, padded positions included."""
-        if self.session is not None:
-            out = self.session.session.run(None, {k: feeds[k] for k in self._input_names})[0]
-            return np.asarray(out, dtype=np.float32)
-        torch = self._torch
-        inputs = {k: torch.from_numpy(v).to(self.device) for k, v in feeds.items()}
-        with torch.inference_mode():
+
+        def project(inputs: dict[str, Any]) -> Any:
             hidden = self.encoder(**inputs).last_hidden_state  # (batch, seq, hidden)
             projected = hidden @ self.projection.T  # (batch, seq, dim)
-            vectors = torch.nn.functional.normalize(projected.float(), dim=-1)
-        return np.asarray(vectors.cpu().numpy())
+            return self._torch.nn.functional.normalize(projected.float(), dim=-1)
+
+        return self._forward(feeds, project)
 
     def encode_query(self, query: str) -> np.ndarray:
         """Query token vectors (query_max_length, dim), unit length, [MASK]-augmented."""
@@ -190,9 +161,7 @@ class ColBERTReranker:
 
     def score(self, query: str, texts: list[str]) -> list[float]:
         """MaxSim of each text against ``query``, in order; ``[]`` for none. ``ValueError`` on non-strings."""
-        if not isinstance(query, str):
-            raise ValueError(f"query must be a str, got {type(query).__name__}")
-        items = check_texts(texts)
+        items = check_rerank_input(query, texts)
         if not items:
             return []
         q = self.encode_query(query)

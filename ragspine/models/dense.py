@@ -396,30 +396,21 @@ class E5EmbeddingBackend(_DenseBackend):
         else:
             folder = resolve_model_dir(model_name_or_path, what="E5 embedding model")
             label = f"e5:{Path(str(model_name_or_path)).name}"
+        # What the inner backend takes whichever runtime runs it.
+        shared: dict[str, Any] = {
+            "device": device,
+            "max_length": max_length,
+            "batch_tokens": batch_tokens,
+            "max_batch_size": max_batch_size,
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.passage_prefix,
+        }
         if self.runtime == "torch":
-            self._inner = SentenceTransformerEmbeddingBackend(
-                folder,
-                device=device,
-                max_length=max_length,
-                batch_tokens=batch_tokens,
-                max_batch_size=max_batch_size,
-                query_prefix=self.query_prefix,
-                passage_prefix=self.passage_prefix,
-            )
+            self._inner = SentenceTransformerEmbeddingBackend(folder, **shared)
             self.name = label if model_name_or_path is not None else f"{label}-torch"
         else:
             onnx_file = _e5_onnx_file(folder, int8=int8)
-            self._inner = OnnxEmbeddingBackend(
-                onnx_file,
-                tokenizer_path=folder,
-                max_length=max_length,
-                threads=threads,
-                device=device,
-                batch_tokens=batch_tokens,
-                max_batch_size=max_batch_size,
-                query_prefix=self.query_prefix,
-                passage_prefix=self.passage_prefix,
-            )
+            self._inner = OnnxEmbeddingBackend(onnx_file, tokenizer_path=folder, threads=threads, **shared)
             self.provider = self._inner.provider
             self.name = f"{label}-onnx-{'int8' if int8 else 'fp32'}"
         self.dim = self._inner.dim

@@ -6,12 +6,12 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ragspine.models.onnx_graph import write_atomic
+from ragspine.models.onnx_graph import atomic_target, write_atomic
 from ragspine.models.packaged import cache_dir, require
 
 logger = logging.getLogger(__name__)
@@ -19,32 +19,63 @@ logger = logging.getLogger(__name__)
 _INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
 
 
-def _export(module: Any, out_file: Path, output_name: str, output_axes: dict[int, str]) -> Path:
+def _load_for_export(model_dir: Path, auto_class: str, what: str, **options: Any) -> Any:
+    """``transformers.<auto_class>.from_pretrained(model_dir, **options)``; ``ValueError`` naming ``what``
+    and the folder when it cannot be loaded."""
+    transformers = require("transformers")
+    try:
+        return getattr(transformers, auto_class).from_pretrained(str(model_dir), **options)
+    except Exception as exc:  # transformers raises OSError/ValueError/KeyError depending on what is missing
+        raise ValueError(f"cannot load {what} from {str(model_dir)!r} for ONNX export: {exc}") from exc
+
+
+def _export_traced(
+    inner: Any,
+    output: Callable[[Any, Any], Any],
+    out_file: Path,
+    output_name: str,
+    output_axes: dict[int, str],
+    *,
+    head: Any = None,
+) -> Path:
+    """Export ``inner`` (a transformers model) to fp32 ONNX behind the three BERT inputs (batch, sequence)
+    int64; the graph's one output, ``output_name``, is ``output(inner's outputs, attention_mask)``.
+
+    ``head``: a module that ``output`` applies (registered beside ``inner``, so its weights are the
+    graph's). Written beside ``out_file`` and renamed into place.
+    """
     torch = require("torch")
+
+    class _Traced(torch.nn.Module):  # type: ignore[name-defined]  # fixed signature for the tracer
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+            if head is not None:
+                self.head = head
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            outputs = self.inner(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            )
+            return output(outputs, attention_mask)
+
+    module = _Traced()
     out_file.parent.mkdir(parents=True, exist_ok=True)
     sample = torch.ones(2, 8, dtype=torch.long)
     axes: dict[str, dict[int, str]] = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
     axes[output_name] = output_axes
-    # Write beside the target and rename, so a crash never leaves a half-written model that later loads.
-    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=out_file.parent)
-    os.close(fd)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                module.eval(),
-                (sample, sample, torch.zeros_like(sample)),
-                tmp,
-                input_names=_INPUTS,
-                output_names=[output_name],
-                dynamic_axes=axes,
-                opset_version=17,
-                dynamo=False,
-            )
-        os.replace(tmp, out_file)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_target(out_file, suffix=".onnx") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module.eval(),
+            (sample, sample, torch.zeros_like(sample)),
+            tmp,
+            input_names=_INPUTS,
+            output_names=[output_name],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
     logger.info("exported %s", out_file)
     return out_file
 
@@ -57,24 +88,14 @@ def export_encoder(model_dir: Path, out_file: Path | None = None) -> Path:
     target = out_file or cache_dir() / "onnx" / f"{model_dir.name}-{_tag(model_dir)}-fp32.onnx"
     if target.is_file():
         return target
-    torch = require("torch")
-    transformers = require("transformers")
-    try:
-        model = transformers.AutoModel.from_pretrained(str(model_dir))
-    except Exception as exc:
-        raise ValueError(f"cannot load encoder from {str(model_dir)!r} for ONNX export: {exc}") from exc
-
-    class _Encoder(torch.nn.Module):  # type: ignore[name-defined]  # fixed signature for the tracer
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            return self.inner(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
-
-    return _export(_Encoder(model), target, "last_hidden_state", {0: "batch", 1: "sequence"})
+    model = _load_for_export(model_dir, "AutoModel", "encoder")
+    return _export_traced(
+        model,
+        lambda out, _mask: out.last_hidden_state,
+        target,
+        "last_hidden_state",
+        {0: "batch", 1: "sequence"},
+    )
 
 
 def export_splade(model_dir: Path, out_file: Path | None = None) -> Path:
@@ -89,25 +110,13 @@ def export_splade(model_dir: Path, out_file: Path | None = None) -> Path:
     if target.is_file():
         return target
     torch = require("torch")
-    transformers = require("transformers")
-    try:
-        model = transformers.AutoModelForMaskedLM.from_pretrained(str(model_dir))
-    except Exception as exc:
-        raise ValueError(f"cannot load masked-LM from {str(model_dir)!r} for ONNX export: {exc}") from exc
+    model = _load_for_export(model_dir, "AutoModelForMaskedLM", "masked-LM")
 
-    class _Splade(torch.nn.Module):  # type: ignore[name-defined]
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
+    def pool(out: Any, attention_mask: Any) -> Any:
+        weights = torch.log1p(torch.relu(out.logits)) * attention_mask.unsqueeze(-1)  # (batch, seq, vocab)
+        return weights.max(dim=1).values  # (batch, vocab)
 
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            logits = self.inner(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).logits  # (batch, seq, vocab)
-            weights = torch.log1p(torch.relu(logits)) * attention_mask.unsqueeze(-1)
-            return weights.max(dim=1).values  # (batch, vocab)
-
-    return _export(_Splade(model), target, "term_weights", {0: "batch"})
+    return _export_traced(model, pool, target, "term_weights", {0: "batch"})
 
 
 def _tag(model_dir: Path) -> str:
@@ -133,9 +142,7 @@ def quantise_int8(fp32_file: Path, out_file: Path | None = None) -> Path:
     if not fp32_file.is_file():
         raise ValueError(f"ONNX model {str(fp32_file)!r} does not exist; nothing to quantise")
     quantization = require("onnxruntime.quantization")
-    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=target.parent)
-    os.close(fd)
-    try:
+    with atomic_target(target, suffix=".onnx") as tmp:
         # The library logs a pre-processing suggestion on the root logger on every call; it does not
         # apply to dynamic quantisation of a transformer, so that one message is dropped.
         root = logging.getLogger()
@@ -148,10 +155,6 @@ def quantise_int8(fp32_file: Path, out_file: Path | None = None) -> Path:
             raise ValueError(f"ONNX model {str(fp32_file)!r} could not be quantised: {exc}") from exc
         finally:
             root.removeFilter(_drop_preprocess_hint)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     logger.info("quantised %s", target)
     return target
 

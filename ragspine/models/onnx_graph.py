@@ -18,6 +18,8 @@ import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from ragspine.models.packaged import cache_dir, require
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["lean_graph", "lean_model", "simplify_attention_masks", "write_atomic"]
+__all__ = ["atomic_target", "lean_graph", "lean_model", "simplify_attention_masks", "write_atomic"]
 
 _REWRITE = "1"  # part of the cache key: a change to what the rewrite does must change this
 
@@ -169,14 +171,23 @@ def lean_model(model_path: Path, folder: Path | None = None) -> str | bytes | No
     return None if data is None else str(target)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it: a crash leaves no partial file
-    (also used for the digests of the exports in ``ragspine.models.onnx_export``)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
+@contextmanager
+def atomic_target(path: Path, *, suffix: str = ".part") -> Iterator[str]:
+    """The path of a new temporary file beside ``path`` for the block to write; renamed to ``path`` when
+    the block ends without an error and removed otherwise, so a crash never leaves a half-written file
+    that later loads."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=suffix)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        yield tmp
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through ``atomic_target`` (also used for the digests of the exports in
+    ``ragspine.models.onnx_export``)."""
+    with atomic_target(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)

@@ -7,13 +7,12 @@ Every file is written beside its target and renamed into place: a crash never le
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ragspine.models.colbert_weights import load_projection
-from ragspine.models.onnx_export import _export, _tag
+from ragspine.models.onnx_export import _export_traced, _load_for_export, _tag
+from ragspine.models.onnx_graph import atomic_target
 from ragspine.models.packaged import cache_dir, require
 
 CROSS_ENCODER_OUTPUT = "relevance"
@@ -84,26 +83,13 @@ def export_cross_encoder(model_dir: Path, out_file: Path | None = None) -> Path:
     if target.is_file():
         return target
     torch = require("torch")
-    transformers = require("transformers")
-    try:
-        model = transformers.AutoModelForSequenceClassification.from_pretrained(
-            str(model_dir), dtype=torch.float32
-        )
-    except Exception as exc:  # transformers raises OSError/ValueError/KeyError depending on what is missing
-        raise ValueError(f"cannot load {str(model_dir)!r} for ONNX export: {exc}") from exc
-
-    class _Relevance(torch.nn.Module):  # type: ignore[name-defined]  # fixed signature for the tracer
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            logits = self.inner(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).logits  # (batch, num_labels)
-            return logits[:, -1]  # (batch,)
-
-    return _export(_Relevance(model), target, CROSS_ENCODER_OUTPUT, {0: "batch"})
+    model = _load_for_export(
+        model_dir, "AutoModelForSequenceClassification", "sequence classifier", dtype=torch.float32
+    )
+    # logits (batch, num_labels) -> the last label's (batch,)
+    return _export_traced(
+        model, lambda out, _mask: out.logits[:, -1], target, CROSS_ENCODER_OUTPUT, {0: "batch"}
+    )
 
 
 def export_colbert(model_dir: Path, out_file: Path | None = None) -> Path:
@@ -119,33 +105,23 @@ def export_colbert(model_dir: Path, out_file: Path | None = None) -> Path:
     if target.is_file():
         return target
     torch = require("torch")
-    transformers = require("transformers")
     projection = torch.from_numpy(load_projection(model_dir))  # (dim, hidden)
-    try:
-        encoder = transformers.AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)
-    except Exception as exc:
-        raise ValueError(f"cannot load {str(model_dir)!r} for ONNX export: {exc}") from exc
+    encoder = _load_for_export(model_dir, "AutoModel", "encoder", dtype=torch.float32)
     hidden_size = int(encoder.config.hidden_size)
     if projection.shape[1] != hidden_size:
         raise ValueError(
             f"{str(model_dir)!r}: projection expects {projection.shape[1]}-d input "
             f"but the encoder is {hidden_size}-d"
         )
+    head = torch.nn.Linear(projection.shape[1], projection.shape[0], bias=False)
+    head.weight.data.copy_(projection)
 
-    class _TokenVectors(torch.nn.Module):  # type: ignore[name-defined]
-        def __init__(self, inner: Any, weight: Any) -> None:
-            super().__init__()
-            self.inner = inner
-            self.head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-            self.head.weight.data.copy_(weight)
+    def token_vectors(out: Any, _mask: Any) -> Any:
+        return torch.nn.functional.normalize(head(out.last_hidden_state), dim=-1)  # (batch, seq, dim)
 
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            hidden = self.inner(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state  # (batch, seq, hidden)
-            return torch.nn.functional.normalize(self.head(hidden), dim=-1)  # (batch, seq, dim)
-
-    return _export(_TokenVectors(encoder, projection), target, COLBERT_OUTPUT, {0: "batch", 1: "sequence"})
+    return _export_traced(
+        encoder, token_vectors, target, COLBERT_OUTPUT, {0: "batch", 1: "sequence"}, head=head
+    )
 
 
 def quantize_int8(fp32_file: Path, out_file: Path | None = None) -> Path:
@@ -164,16 +140,11 @@ def quantize_int8(fp32_file: Path, out_file: Path | None = None) -> Path:
         return target
     quantization = require("onnxruntime.quantization")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=target.parent)
-    os.close(fd)
     try:
-        quantization.quantize_dynamic(
-            str(fp32_file), tmp, weight_type=quantization.QuantType.QInt8, per_channel=True
-        )
-        os.replace(tmp, target)
+        with atomic_target(target, suffix=".onnx") as tmp:
+            quantization.quantize_dynamic(
+                str(fp32_file), tmp, weight_type=quantization.QuantType.QInt8, per_channel=True
+            )
     except Exception as exc:  # onnx/onnxruntime raise their own types for graphs they cannot rewrite
         raise ValueError(f"cannot quantise {str(fp32_file)!r} to int8: {exc}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return target

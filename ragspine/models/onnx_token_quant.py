@@ -20,14 +20,12 @@ is built once and the softmax NaN guards are dropped.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ragspine.models.onnx_graph import simplify_attention_masks
+from ragspine.models.onnx_graph import atomic_target, simplify_attention_masks
 from ragspine.models.packaged import require
 
 logger = logging.getLogger(__name__)
@@ -216,13 +214,7 @@ def quantise_per_token(fp32_file: Path, out_file: Path) -> Path:
         raise ValueError(
             f"ONNX model {str(fp32_file)!r} has no MatMul with a constant 2-D weight to quantise"
         )
-    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=out_file.parent)
-    os.close(fd)
-    try:
+    with atomic_target(out_file, suffix=".onnx") as tmp:
         onnx.save(model, tmp)
-        os.replace(tmp, out_file)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     logger.info("quantised %s per token (%d products, %d mask nodes removed)", out_file, rewritten, masks)
     return out_file

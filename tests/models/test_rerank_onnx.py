@@ -110,13 +110,13 @@ def _one_at_a_time(reranker: Any) -> list[float]:
 def export_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Records every graph the export module writes."""
     calls: list[Path] = []
-    real = export_module._export
+    real = export_module._export_traced
 
-    def counting(module: Any, out_file: Path, *args: Any) -> Path:
+    def counting(inner: Any, output: Any, out_file: Path, *args: Any, **kwargs: Any) -> Path:
         calls.append(out_file)
-        return real(module, out_file, *args)
+        return real(inner, output, out_file, *args, **kwargs)
 
-    monkeypatch.setattr(export_module, "_export", counting)
+    monkeypatch.setattr(export_module, "_export_traced", counting)
     return calls
 
 

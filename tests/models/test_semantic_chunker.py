@@ -8,8 +8,7 @@ import pytest
 
 from ragspine.retrieval.chunking.chunker import DefaultChunker, make_chunker
 from ragspine.retrieval.chunking.chunking import chunk_document
-from ragspine.retrieval.chunking.semantic import SemanticSplitter as SemanticChunker
-from ragspine.retrieval.chunking.semantic_chunker import SemanticChunker as PublishedSemanticChunker
+from ragspine.retrieval.chunking.semantic_chunker import SemanticChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, para_locator
 from ragspine.settings import Settings
 
@@ -142,8 +141,6 @@ def test_bad_document_is_rejected(chunker: Callable[..., list[Chunk]]) -> None:
 def test_bad_constructor_arguments() -> None:
     with pytest.raises(ValueError, match="breakpoint_percentile"):
         SemanticChunker(TopicEmbedding(), breakpoint_percentile=101)
-    with pytest.raises(ValueError, match="max_chars"):
-        SemanticChunker(TopicEmbedding(), max_chars=0)
 
 
 def test_a_backend_returning_too_few_vectors_is_an_error() -> None:
@@ -161,10 +158,10 @@ def test_make_chunker() -> None:
     assert make_chunker("default")(DOC, META) == chunk_document(DOC, META)  # type: ignore[misc]
     backend = TopicEmbedding()
     chunker = make_chunker("semantic", embedding_backend=backend, breakpoint_percentile=50)
-    assert isinstance(chunker, PublishedSemanticChunker) and chunker.embedder is backend
+    assert isinstance(chunker, SemanticChunker) and chunker.embedder is backend
     assert chunker(DOC, META) == SemanticChunker(backend, breakpoint_percentile=50)(DOC, META)
     chosen = Settings.from_env({"RAGSPINE_CHUNKER": "semantic"})
-    assert isinstance(make_chunker(settings=chosen, embedding_backend=backend), PublishedSemanticChunker)
+    assert isinstance(make_chunker(settings=chosen, embedding_backend=backend), SemanticChunker)
     assert isinstance(make_chunker(embedding_backend=backend), DefaultChunker)  # no settings: the default
     with pytest.raises(ValueError, match="default, semantic"):
         make_chunker("paragraphs")
@@ -186,7 +183,7 @@ def test_semantic_default_backend_is_the_packaged_onnx_model() -> None:
     from ragspine.models.dense import OnnxEmbeddingBackend
 
     chunker = make_chunker("semantic", breakpoint_percentile=50)
-    assert isinstance(chunker, PublishedSemanticChunker)
+    assert isinstance(chunker, SemanticChunker)
     chunks = chunker(DOC, META)  # type: ignore[operator]
     assert isinstance(chunker.embedder, OnnxEmbeddingBackend)
     assert_chunk_contract(chunks, DOC, META, 480)

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from ragspine.retrieval.chunking.chunking import chunk_document
+from ragspine.retrieval.chunking.base import BaseChunker
+from ragspine.retrieval.chunking.chunking import chunk_document, pack_paragraphs
 from ragspine.retrieval.chunking.domain_presets import BookChunker, LawsChunker, ParentChildChunker, QaChunker
 from ragspine.retrieval.chunking.layout_chunker import LayoutAwareChunker
 from ragspine.retrieval.chunking.semantic_chunker import SemanticChunker
 from ragspine.retrieval.chunking.sentence_window_chunker import SentenceWindowChunker
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
-from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
 from ragspine.retrieval.seams import Chunker
 from ragspine.settings import OFF, choice
 
@@ -39,31 +39,14 @@ CHUNKER_ENV = "RAGSPINE_CHUNKER"
 CHUNKER_ENTRY_POINT_GROUP = "ragspine.chunkers"
 
 
-class DefaultChunker:
+class DefaultChunker(BaseChunker):
     """The default paragraph packer (``chunk_document``) behind the ``Chunker`` protocol."""
 
     name = "default"
     model_free = True  # see chunking.model_free
 
-    def chunk(
-        self,
-        text: str,
-        meta: DocumentMeta,
-        *,
-        max_chars: int = DEFAULT_CHUNK_CHARS,
-        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
-    ) -> list[Chunk]:
-        return chunk_document(text, meta, max_chars=max_chars, overlap_chars=overlap_chars)
-
-    def __call__(
-        self,
-        text: str,
-        meta: DocumentMeta,
-        *,
-        max_chars: int = DEFAULT_CHUNK_CHARS,
-        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
-    ) -> list[Chunk]:
-        return self.chunk(text, meta, max_chars=max_chars, overlap_chars=overlap_chars)
+    def _split(self, text: str, meta: DocumentMeta, max_chars: int, overlap_chars: int) -> list[Chunk]:
+        return pack_paragraphs(text, meta, max_chars, overlap_chars)
 
 
 def _semantic(**options: Any) -> SemanticChunker:

@@ -31,7 +31,9 @@ Locators: ``"{prefix}#para{a}"`` for one paragraph, ``"{prefix}#para{a}-{b}"`` f
 from __future__ import annotations
 
 import re
+from typing import TypedDict, Unpack
 
+from ragspine.retrieval.chunking.spans import SENTENCE_END, Span
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, para_locator
 from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
 
@@ -40,17 +42,24 @@ __all__ = [
     "DEFAULT_OVERLAP_CHARS",
     "Chunk",
     "DocumentMeta",
+    "ParentFields",
     "chunk_document",
+    "pack_paragraphs",
     "paragraph_spans",
     "span_chunk",
     "validate_chunk_args",
 ]
 
 _NON_SPACE = re.compile(r"\S")
-# Sentence end: a run of enders plus closing quotes/brackets that belong to the same sentence.
-_SENTENCE_END = re.compile(r"[。！？；.!?;]+[\"'”’」』）)\]]*")
 
-Span = tuple[int, int]
+
+class ParentFields(TypedDict, total=False):
+    """What a structural chunker adds to a chunk (``Chunk``'s fields of the same names, empty when absent)."""
+
+    parent_id: str
+    heading: str
+    window_text: str
+    parent_locator: str
 
 
 def chunk_document(
@@ -74,6 +83,11 @@ def chunk_document(
     (bytes that were not valid UTF-8, decoded with ``surrogateescape``).
     """
     validate_chunk_args(text, meta, max_chars, overlap_chars)
+    return pack_paragraphs(text, meta, max_chars, overlap_chars)
+
+
+def pack_paragraphs(text: str, meta: DocumentMeta, max_chars: int, overlap_chars: int) -> list[Chunk]:
+    """``chunk_document`` on arguments that already passed ``validate_chunk_args``."""
     paragraphs = paragraph_spans(text)
     prefix = meta.source_locator_prefix or meta.doc_id
     chunks: list[Chunk] = []
@@ -92,9 +106,11 @@ def span_chunk(
     para_b: int,
     *,
     prefix: str = "",
+    **parent: Unpack[ParentFields],
 ) -> Chunk:
     """The chunk covering ``text[start:end]`` (paragraphs ``para_a``..``para_b``, 1-based) with ``meta``'s
-    fields; ids and locators follow the published format. Shared by every chunker so they cannot drift."""
+    fields and the ``parent`` fields given; ids and locators follow the published format. Shared by every
+    chunker so they cannot drift."""
     prefix = prefix or meta.source_locator_prefix or meta.doc_id
     return Chunk(
         chunk_id=f"{meta.doc_id}#c{seq}",
@@ -112,6 +128,7 @@ def span_chunk(
         language=meta.language,
         sensitivity=meta.sensitivity,
         metadata_json=meta.metadata_json,
+        **parent,
     )
 
 
@@ -213,7 +230,7 @@ def _split_oversized(text: str, start: int, end: int, max_chars: int) -> list[Sp
     """Non-overlapping spans covering one long paragraph: packed sentences, then hard cuts."""
     sentences: list[Span] = []
     sent_start = start
-    for m in _SENTENCE_END.finditer(text, start, end):
+    for m in SENTENCE_END.finditer(text, start, end):
         _append_trimmed(text, sent_start, m.end(), sentences)
         sent_start = m.end()
     _append_trimmed(text, sent_start, end, sentences)

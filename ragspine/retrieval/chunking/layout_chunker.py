@@ -24,10 +24,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ragspine.retrieval.chunking.chunking import span_chunk, validate_chunk_args
+from ragspine.retrieval.chunking.base import BaseChunker
+from ragspine.retrieval.chunking.chunking import ParentFields, span_chunk
 from ragspine.retrieval.chunking.spans import Span, line_spans, line_units, pack_units
-from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
-from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, para_locator
 
 __all__ = ["DEFAULT_PARENT_FACTOR", "LayoutAwareChunker", "group_children_by_parent", "is_heading"]
 
@@ -78,7 +78,7 @@ def group_children_by_parent(chunks: Sequence[Chunk]) -> dict[str, list[Chunk]]:
     return groups
 
 
-class LayoutAwareChunker:
+class LayoutAwareChunker(BaseChunker):
     """Sections at headings, parents within the parent budget, children within ``max_chars``.
 
     ``parent_max_chars`` caps a parent's length (default ``4 * max_chars`` of each call). Raises
@@ -110,29 +110,7 @@ class LayoutAwareChunker:
         return max(parent, max_chars), max_chars, overlap_chars
 
     # ------------------------------------------------------------------ the chunker
-    def __call__(
-        self,
-        text: str,
-        meta: DocumentMeta,
-        *,
-        max_chars: int = DEFAULT_CHUNK_CHARS,
-        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
-    ) -> list[Chunk]:
-        return self.chunk(text, meta, max_chars=max_chars, overlap_chars=overlap_chars)
-
-    def chunk(
-        self,
-        text: str,
-        meta: DocumentMeta,
-        *,
-        max_chars: int = DEFAULT_CHUNK_CHARS,
-        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
-    ) -> list[Chunk]:
-        """Chunks of ``text`` (module doc for the rules); ``[]`` for blank text.
-
-        Raises ``ValueError`` like ``chunk_document`` (bad budgets, empty ``doc_id``, non-``str`` text).
-        """
-        validate_chunk_args(text, meta, max_chars, overlap_chars)
+    def _split(self, text: str, meta: DocumentMeta, max_chars: int, overlap_chars: int) -> list[Chunk]:
         lines = line_spans(text)
         if not lines:
             return []
@@ -143,23 +121,20 @@ class LayoutAwareChunker:
         for first, last, heading in self._sections(text, lines):
             for p_first, p_last in self._parents(lines, first, last, parent_budget):
                 p_start, p_end = lines[p_first][0], lines[p_last][1]
-                parent_locator = span_chunk(
-                    text, meta, 0, p_start, p_end, p_first + 1, p_last + 1, prefix=prefix
-                ).source_locator
-                parent_id = f"{meta.doc_id}#p{parent_no}"
+                # What every child of this parent carries besides its own span.
+                parent: ParentFields = {
+                    "parent_id": f"{meta.doc_id}#p{parent_no}",
+                    "heading": heading,
+                    "window_text": text[p_start:p_end],
+                    "parent_locator": para_locator(prefix, p_first + 1, p_last + 1),
+                }
                 parent_no += 1
                 units = line_units(text, lines, p_first, p_last, child_budget)
                 for u_first, u_last in pack_units(units, child_budget, child_overlap):
                     a, b = units[u_first], units[u_last]
-                    child = span_chunk(text, meta, len(chunks), a.start, b.end, a.line, b.line, prefix=prefix)
-                    # A new Chunk from the fields (dataclasses.replace costs more than the chunking).
-                    fields = vars(child) | {
-                        "parent_id": parent_id,
-                        "heading": heading,
-                        "window_text": text[p_start:p_end],
-                        "parent_locator": parent_locator,
-                    }
-                    chunks.append(Chunk(**fields))
+                    chunks.append(
+                        span_chunk(text, meta, len(chunks), a.start, b.end, a.line, b.line, **parent)
+                    )
         return chunks
 
     def _sections(self, text: str, lines: list[Span]) -> list[tuple[int, int, str]]:

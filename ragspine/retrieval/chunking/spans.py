@@ -77,6 +77,18 @@ def hard_cut(text: str, start: int, end: int, max_chars: int) -> list[Span]:
     return out
 
 
+def cut_sentences(text: str, start: int, end: int, max_chars: int) -> list[Span]:
+    """The sentences of ``text[start:end]`` (``sentence_spans``), a sentence longer than ``max_chars``
+    hard-cut into pieces of at most ``max_chars`` (``hard_cut``)."""
+    out: list[Span] = []
+    for s_start, s_end in sentence_spans(text, start, end):
+        if s_end - s_start > max_chars:
+            out.extend(hard_cut(text, s_start, s_end, max_chars))
+        else:
+            out.append((s_start, s_end))
+    return out
+
+
 def line_units(text: str, lines: list[Span], first: int, last: int, max_chars: int) -> list[Unit]:
     """Units of lines ``first..last`` (0-based, inclusive): whole lines, or for a line longer than
     ``max_chars`` its sentences packed up to the budget and over-long sentences hard-cut."""

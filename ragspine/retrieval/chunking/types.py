@@ -24,11 +24,15 @@ def para_locator(prefix: str, para_start: int, para_end: int) -> str:
     return f"{prefix}#para{para_start}-{para_end}"
 
 
-@dataclass(frozen=True)
-class DocumentMeta:
-    """Per-document metadata copied onto every chunk of the document."""
+# DocumentMeta and Chunk declare the document fields once (``_DocumentFields``). A dataclass lays out its
+# fields base by base from the end of the MRO, so ``class X(_DocumentFields, _Head)`` puts ``_Head``'s fields
+# first, then the document fields, then X's own: the published positional order of both records.
 
-    doc_id: str
+
+@dataclass(frozen=True)
+class _DocumentFields:
+    """The per-document fields that every chunk of the document carries."""
+
     title: str = ""
     topic: str = ""
     entity: str = ""
@@ -36,20 +40,24 @@ class DocumentMeta:
     period: str = ""
     language: str = ""
     sensitivity: str = "INTERNAL"
+
+
+@dataclass(frozen=True)
+class _DocumentHead:
+    doc_id: str
+
+
+@dataclass(frozen=True)
+class DocumentMeta(_DocumentFields, _DocumentHead):
+    """Per-document metadata copied onto every chunk of the document."""
+
     source_locator_prefix: str = ""
     # Arbitrary key/value metadata as canonical JSON (filtering.doc_metadata.encode_metadata); "" = none.
     metadata_json: str = ""
 
 
 @dataclass(frozen=True)
-class Chunk:
-    """One retrievable span. ``text`` is always a contiguous substring of the source document.
-
-    ``chunk_id`` is ``"{doc_id}#c{seq}"``; ``source_locator`` is ``"{prefix}#para{a}"`` for one paragraph
-    and ``"{prefix}#para{a}-{b}"`` for a span, with 1-based paragraph numbers (``para_locator``). The
-    parent/window fields are empty for the default chunker.
-    """
-
+class _ChunkHead:
     chunk_id: str
     doc_id: str
     seq: int
@@ -57,13 +65,17 @@ class Chunk:
     source_locator: str
     para_start: int
     para_end: int
-    title: str = ""
-    topic: str = ""
-    entity: str = ""
-    geography: str = ""
-    period: str = ""
-    language: str = ""
-    sensitivity: str = "INTERNAL"
+
+
+@dataclass(frozen=True)
+class Chunk(_DocumentFields, _ChunkHead):
+    """One retrievable span. ``text`` is always a contiguous substring of the source document.
+
+    ``chunk_id`` is ``"{doc_id}#c{seq}"``; ``source_locator`` is ``"{prefix}#para{a}"`` for one paragraph
+    and ``"{prefix}#para{a}-{b}"`` for a span, with 1-based paragraph numbers (``para_locator``). The
+    parent/window fields are empty for the default chunker.
+    """
+
     parent_id: str = ""
     heading: str = ""
     window_text: str = ""

@@ -186,14 +186,19 @@ class OpenAIEmbeddingBackend:
         return [by_index[i] for i in range(len(batch))]
 
 
+def _needs_models_extra(spec: str, exc: ImportError) -> ImportError:
+    """The error for a model backend whose module or runtime (torch, onnxruntime) does not import."""
+    return ImportError(
+        f"embedding backend {spec!r} needs the models extra: pip install 'ragspine[models]' ({exc})"
+    )
+
+
 def _dense_module(spec: str) -> Any:
     """``ragspine.models.dense``, or ImportError naming the extra (this or one of its runtimes is missing)."""
     try:
         return importlib.import_module(_DENSE_MODULE)
     except ImportError as exc:
-        raise ImportError(
-            f"embedding backend {spec!r} needs the models extra: pip install 'ragspine[models]' ({exc})"
-        ) from exc
+        raise _needs_models_extra(spec, exc) from exc
 
 
 def _runs_on_cpu(device: str) -> bool:
@@ -224,9 +229,7 @@ def _packaged_minilm(spec: str, kwargs: dict[str, Any]) -> EmbeddingBackend:
     try:
         on_cpu = _runs_on_cpu(str(kwargs.get("device", "auto")))
     except ImportError as exc:
-        raise ImportError(
-            f"embedding backend {spec!r} needs the models extra: pip install 'ragspine[models]' ({exc})"
-        ) from exc
+        raise _needs_models_extra(spec, exc) from exc
     if not on_cpu or not _integer_is_onnx(spec):
         return _model_backend(spec, "OnnxEmbeddingBackend", shipped)
     try:
@@ -246,9 +249,7 @@ def _model_backend(spec: str, class_name: str, kwargs: dict[str, Any]) -> Embedd
     try:
         return cls(**kwargs)
     except ImportError as exc:  # the module imported, but a runtime it needs (torch, onnxruntime) did not
-        raise ImportError(
-            f"embedding backend {spec!r} needs the models extra: pip install 'ragspine[models]' ({exc})"
-        ) from exc
+        raise _needs_models_extra(spec, exc) from exc
 
 
 def make_embedding_backend(

@@ -15,7 +15,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
-from ragspine.retrieval.vector.types import VectorHit, VectorRecord, VectorStore, Where, as_vector
+from ragspine.retrieval.vector.types import (
+    VectorHit,
+    VectorRecord,
+    VectorStore,
+    Where,
+    as_vector,
+    record_vector,
+)
 from ragspine.settings import OFF, Settings, choice
 
 __all__ = [
@@ -129,13 +136,7 @@ class InProcessVectorStore:
         batch: dict[str, tuple[np.ndarray, dict[str, Any]]] = {}
         dim = self._dim
         for record in records:
-            if not isinstance(record, VectorRecord):
-                raise ValueError(f"upsert takes VectorRecord objects, got {type(record).__name__}")
-            if not isinstance(record.id, str) or not record.id:
-                raise ValueError(f"VectorRecord.id must be a non-empty string, got {record.id!r}")
-            if not isinstance(record.metadata, Mapping):
-                raise ValueError(f"VectorRecord.metadata for {record.id!r} must be a mapping")
-            vec = _as_vector(record.vector, what=f"vector for {record.id!r}", dim=dim)
+            vec = record_vector(record, dim=dim)
             dim = vec.shape[0]
             batch[record.id] = (vec, dict(record.metadata))
         if not batch:

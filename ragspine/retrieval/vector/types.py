@@ -16,7 +16,7 @@ import numpy as np
 
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 
-__all__ = ["VectorHit", "VectorRecord", "VectorStore", "Where", "as_vector"]
+__all__ = ["VectorHit", "VectorRecord", "VectorStore", "Where", "as_vector", "record_vector"]
 
 # A where clause: {key: value} equality, {key: [v1, v2]} membership ("id" addresses record ids), or a filter.
 Where = Mapping[str, Any] | MetadataFilter
@@ -71,3 +71,15 @@ def as_vector(values: Any, *, what: str, dim: int | None) -> np.ndarray:
     if norm == 0.0 or not math.isfinite(norm):
         raise ValueError(f"{what} is a zero vector: cosine similarity is undefined for it")
     return vec.astype(np.float32)  # (dim,)
+
+
+def record_vector(record: Any, *, dim: int | None) -> np.ndarray:
+    """``record``'s vector, validated by ``as_vector`` against ``dim``, once ``record`` is known to be a
+    ``VectorRecord`` with a non-empty string id and mapping metadata; ``ValueError`` naming what is wrong."""
+    if not isinstance(record, VectorRecord):
+        raise ValueError(f"upsert takes VectorRecord objects, got {type(record).__name__}")
+    if not isinstance(record.id, str) or not record.id:
+        raise ValueError(f"VectorRecord.id must be a non-empty string, got {record.id!r}")
+    if not isinstance(record.metadata, Mapping):
+        raise ValueError(f"VectorRecord.metadata for {record.id!r} must be a mapping")
+    return as_vector(record.vector, what=f"vector for {record.id!r}", dim=dim)

@@ -22,6 +22,7 @@ torch / transformers are imported on first use.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from collections.abc import Sequence
@@ -148,6 +149,16 @@ def checkpoint_model_type(model_name_or_path: str | Path) -> tuple[str | None, b
     return (str(model_type) if model_type else None), True
 
 
+def _classes(module: str, model_class: str, processor_class: str) -> tuple[Any, Any]:
+    """``from module import model_class, processor_class`` (``ImportError`` when the installed version
+    lacks one)."""
+    imported = importlib.import_module(module)
+    for name in (model_class, processor_class):
+        if not hasattr(imported, name):
+            raise ImportError(f"cannot import name {name!r} from {module!r}")
+    return getattr(imported, model_class), getattr(imported, processor_class)
+
+
 class _LateInteractionEncoder:
     """Shared loading and batching; subclasses name the model family and its classes."""
 
@@ -155,6 +166,10 @@ class _LateInteractionEncoder:
     # config.json model_type of a transformers-native checkpoint and of a colpali_engine one (or its base).
     native_model_type = ""
     engine_model_type = ""
+    model_hint = ""
+    # The family's class names: ``{stem}ForRetrieval`` / ``{stem}Processor`` in transformers, ``{stem}`` /
+    # ``{stem}Processor`` in colpali_engine.models.
+    class_stem = ""
     model: Any
     processor: Any
 
@@ -307,13 +322,23 @@ class _LateInteractionEncoder:
         )
 
     def _load_transformers(self) -> None:
-        raise NotImplementedError
+        stem = self.class_stem
+        model_class, processor_class = _classes("transformers", f"{stem}ForRetrieval", f"{stem}Processor")
+        self.processor = processor_class.from_pretrained(self.model_name_or_path)
+        self.model = model_class.from_pretrained(self.model_name_or_path, dtype=self.torch_dtype)
+        self.model.to(self.device)
 
     def _load_colpali_engine(self) -> None:
-        raise NotImplementedError
+        stem = self.class_stem
+        model_class, processor_class = _classes("colpali_engine.models", stem, f"{stem}Processor")
+        self.processor = processor_class.from_pretrained(self.model_name_or_path)
+        self.model = model_class.from_pretrained(
+            self.model_name_or_path, dtype=self.torch_dtype, device_map=self.device
+        )
 
     def default_model_hint(self) -> str:
-        return ""
+        """The transformers-native checkpoint of this family that error messages point to."""
+        return self.model_hint
 
     def _embedding_dim(self) -> int:
         config = getattr(self.model, "config", None)
@@ -380,24 +405,8 @@ class ColQwen2Encoder(_LateInteractionEncoder):
     family = "colqwen2"
     native_model_type = "colqwen2"
     engine_model_type = "qwen2_vl"
-
-    def default_model_hint(self) -> str:
-        return "vidore/colqwen2-v1.0-hf"
-
-    def _load_transformers(self) -> None:
-        from transformers import ColQwen2ForRetrieval, ColQwen2Processor
-
-        self.processor = ColQwen2Processor.from_pretrained(self.model_name_or_path)
-        self.model = ColQwen2ForRetrieval.from_pretrained(self.model_name_or_path, dtype=self.torch_dtype)
-        self.model.to(self.device)
-
-    def _load_colpali_engine(self) -> None:
-        from colpali_engine.models import ColQwen2, ColQwen2Processor
-
-        self.processor = ColQwen2Processor.from_pretrained(self.model_name_or_path)
-        self.model = ColQwen2.from_pretrained(
-            self.model_name_or_path, dtype=self.torch_dtype, device_map=self.device
-        )
+    model_hint = "vidore/colqwen2-v1.0-hf"
+    class_stem = "ColQwen2"
 
 
 class ColPaliEncoder(_LateInteractionEncoder):
@@ -409,21 +418,5 @@ class ColPaliEncoder(_LateInteractionEncoder):
     family = "colpali"
     native_model_type = "colpali"
     engine_model_type = "paligemma"
-
-    def default_model_hint(self) -> str:
-        return "vidore/colpali-v1.3-hf"
-
-    def _load_transformers(self) -> None:
-        from transformers import ColPaliForRetrieval, ColPaliProcessor
-
-        self.processor = ColPaliProcessor.from_pretrained(self.model_name_or_path)
-        self.model = ColPaliForRetrieval.from_pretrained(self.model_name_or_path, dtype=self.torch_dtype)
-        self.model.to(self.device)
-
-    def _load_colpali_engine(self) -> None:
-        from colpali_engine.models import ColPali, ColPaliProcessor
-
-        self.processor = ColPaliProcessor.from_pretrained(self.model_name_or_path)
-        self.model = ColPali.from_pretrained(
-            self.model_name_or_path, dtype=self.torch_dtype, device_map=self.device
-        )
+    model_hint = "vidore/colpali-v1.3-hf"
+    class_stem = "ColPali"

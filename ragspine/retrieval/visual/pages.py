@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ragspine.ingest.limits import IngestLimits, LimitExceededError
+from ragspine.ingest.pdf import open_pdf
 from ragspine.ingest.sandbox import preload, run_bounded
 from ragspine.retrieval.constants import is_restricted
 
@@ -76,15 +77,7 @@ def _open_pdf(source: bytes | str | Path) -> Any:
             raise ValueError(f"PDF file {str(path)!r} does not exist")
         data = str(path)
         label = f"PDF file {str(path)!r}"
-    try:
-        return pdfium.PdfDocument(data)
-    except pdfium.PdfiumError as exc:
-        reason = str(exc)
-        if "password" in reason.lower():
-            raise ValueError(
-                f"{label} is encrypted (password-protected); decrypt it before ingesting ({reason})"
-            ) from None
-        raise ValueError(f"{label} is not a readable PDF (corrupt or not a PDF): {reason}") from None
+    return open_pdf(pdfium, data, label=label)
 
 
 def render_pdf_pages(
@@ -122,8 +115,10 @@ def render_pdf_pages(
             raise ValueError("doc_id is required when the PDF is given as bytes")
         doc_id = Path(pdf_bytes_or_path).stem
     if limits is not None and limits.memory_bytes:
-        source = bytes(pdf_bytes_or_path) if isinstance(pdf_bytes_or_path, bytearray | memoryview) else (
-            pdf_bytes_or_path
+        source = (
+            bytes(pdf_bytes_or_path)
+            if isinstance(pdf_bytes_or_path, bytearray | memoryview)
+            else (pdf_bytes_or_path)
         )
         in_process = replace(limits, memory_bytes=0)
         return run_bounded(
