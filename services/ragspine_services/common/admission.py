@@ -33,8 +33,8 @@ import grpc
 from prometheus_client import Counter
 
 from ragspine_services.common.errors import OverloadedError
+from ragspine_services.common.handlers import INFRASTRUCTURE_PREFIXES, refusal, rewrapped
 
-_UNGATED_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 # Threads kept for health checks and reflection beyond those admitted calls can occupy.
 RESERVED_THREADS = 4
 DEFAULT_QUEUE_WAIT_S = 1.0
@@ -127,24 +127,15 @@ class AdmissionGate(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
         handler = continuation(details)
-        if handler is None or details.method.startswith(_UNGATED_PREFIXES):
+        if handler is None or details.method.startswith(INFRASTRUCTURE_PREFIXES):
             return handler
         if handler.unary_unary is None and handler.stream_unary is None:
             return handler  # response-streaming methods: none in ragspine.v1
         if not self._reserve():
             SHED.labels("full").inc()
-            return _refusal(handler, self._full_message())
-        factory = (
-            grpc.unary_unary_rpc_method_handler
-            if handler.unary_unary
-            else grpc.stream_unary_rpc_method_handler
-        )
-        behavior = handler.unary_unary or handler.stream_unary
-        return factory(
-            self._admitted_call(behavior),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+            # The request is not parsed: its bytes are handed over as they are and dropped.
+            return refusal(handler, grpc.StatusCode.RESOURCE_EXHAUSTED, self._full_message(), parse=False)
+        return rewrapped(handler, lambda behavior, _stream: self._admitted_call(behavior))
 
     def _full_message(self) -> str:
         return (
@@ -176,16 +167,6 @@ class AdmissionGate(grpc.ServerInterceptor):
                 self._release()
 
         return run
-
-
-def _refusal(handler: Any, message: str) -> Any:
-    def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
-
-    # The request is not parsed: its bytes are handed over as they are and dropped.
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(refuse, response_serializer=handler.response_serializer)
-    return grpc.stream_unary_rpc_method_handler(refuse, response_serializer=handler.response_serializer)
 
 
 class Lane:

@@ -22,8 +22,9 @@ from typing import Any
 
 import grpc
 
+from ragspine_services.common.handlers import INFRASTRUCTURE_PREFIXES, refusal, rewrapped
+
 SHUTTING_DOWN = "the server is shutting down; retry on another replica"
-_UNGATED_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 
 
 class DrainGate(grpc.ServerInterceptor):
@@ -74,25 +75,17 @@ class DrainGate(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
         handler = continuation(details)
-        if handler is None or details.method.startswith(_UNGATED_PREFIXES):
+        if handler is None or details.method.startswith(INFRASTRUCTURE_PREFIXES):
             return handler
         if not self._admit():
-            return _refusal(handler)
+            return refusal(handler, grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
         # Unary-response methods only (all of ragspine.v1): a streaming response would end after the
         # behaviour returns its iterator, so counting it here would be wrong.
-        for kind, factory in (
-            ("unary_unary", grpc.unary_unary_rpc_method_handler),
-            ("stream_unary", grpc.stream_unary_rpc_method_handler),
-        ):
-            behavior = getattr(handler, kind)
-            if behavior is not None:
-                return factory(
-                    self._counted(behavior),
-                    request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer,
-                )
-        self._done()
-        return handler
+        wrapped = rewrapped(handler, lambda behavior, _stream: self._counted(behavior))
+        if wrapped is None:
+            self._done()
+            return handler
+        return wrapped
 
     def _counted(self, behavior: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         def run(request: Any, context: grpc.ServicerContext) -> Any:
@@ -102,20 +95,3 @@ class DrainGate(grpc.ServerInterceptor):
                 self._done()
 
         return run
-
-
-def _refusal(handler: Any) -> Any:
-    def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
-
-    kwargs = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(refuse, **kwargs)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(refuse, **kwargs)
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(refuse, **kwargs)
-    return grpc.stream_stream_rpc_method_handler(refuse, **kwargs)

@@ -24,10 +24,10 @@ import grpc
 from ragspine_services.common import metrics
 from ragspine_services.common.auth import ANONYMOUS, Authenticator, reset_current_caller, set_current_caller
 from ragspine_services.common.errors import OverloadedError, status_for
+from ragspine_services.common.handlers import PerMethodInterceptor, rewrapped
 from ragspine_services.common.memory import LARGE_MESSAGE_BYTES, HeapTrimmer, heap_trimmer
 
 _LOG = logging.getLogger("ragspine_services.rpc")
-_UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 DEFAULT_LARGE_CALLS_PER_CALLER = 2
 
 
@@ -114,7 +114,7 @@ class LargeCallLimiter:
                 self._running.pop(key, None)
 
 
-class ServiceInterceptor(grpc.ServerInterceptor):
+class ServiceInterceptor(PerMethodInterceptor):
     """Wraps every unary-response handler with auth, error mapping, latency metrics and a JSON log line."""
 
     def __init__(
@@ -124,41 +124,24 @@ class ServiceInterceptor(grpc.ServerInterceptor):
         large_calls_per_caller: int = DEFAULT_LARGE_CALLS_PER_CALLER,
         trimmer: HeapTrimmer | None = None,
     ) -> None:
+        super().__init__()
         self._auth = authenticator
         self._large = LargeCallLimiter(large_calls_per_caller)
         self._trimmer = trimmer or heap_trimmer()
-        # method -> (the registered handler, the deserializer wrapper used, its wrapped handler): built
-        # once per method, not per call; built again if either is replaced (the fuzz tests' reverse proof
-        # swaps the wrapper on a running server).
-        self._cache: dict[str, tuple[Any, Any, Any]] = {}
 
-    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
-        handler = continuation(details)
-        method: str = details.method
-        if handler is None or method.startswith(_UNAUTHENTICATED_PREFIXES):
-            return handler
-        cached = self._cache.get(method)
-        if cached is not None and cached[0] is handler and cached[1] is tolerant_deserializer:
-            return cached[2]
-        wrapped = self._wrapped(handler, method)
-        self._cache[method] = (handler, tolerant_deserializer, wrapped)
-        return wrapped
+    def _variant(self) -> Any:
+        # A handler is wrapped again when the deserializer wrapper is replaced (the fuzz tests' reverse
+        # proof swaps it on a running server).
+        return tolerant_deserializer
 
     def _wrapped(self, handler: Any, method: str) -> Any:
         service, _, name = method.lstrip("/").rpartition("/")
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._wrap(handler.unary_unary, service, name),
-                request_deserializer=tolerant_deserializer(handler.request_deserializer),
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._wrap(handler.stream_unary, service, name, stream=True),
-                request_deserializer=tolerant_deserializer(handler.request_deserializer),
-                response_serializer=handler.response_serializer,
-            )
-        return handler  # response-streaming methods: none in ragspine.v1 yet
+        wrapped = rewrapped(
+            handler,
+            lambda behavior, stream: self._wrap(behavior, service, name, stream=stream),
+            deserializer=tolerant_deserializer,
+        )
+        return handler if wrapped is None else wrapped  # response-streaming methods: none in ragspine.v1
 
     def _wrap(
         self, behavior: Callable[[Any, Any], Any], service: str, name: str, *, stream: bool = False

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
@@ -212,48 +212,43 @@ class LeanTracer(trace.Tracer):
         start = start_time or _time_ns()
         return LeanSpan(name, trace_id, span_id, state, parent, kind, attributes, self._record, start)
 
-    def start_as_current_span(  # type: ignore[override]
-        self,
-        name: str,
-        context: Any = None,
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: Any = None,
-        links: Any = None,
-        start_time: int | None = None,
-        record_exception: bool = True,
-        set_status_on_exception: bool = True,
-        end_on_exit: bool = True,
-    ) -> CurrentSpan:
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> CurrentSpan:  # type: ignore[override]
         """A span made the current one for a ``with`` block (or, used as a decorator, for every call of
-        the decorated function, coroutine functions included), as the API's ``Tracer`` declares."""
-        return CurrentSpan(
-            self.start_span,
-            (name, context, kind, attributes),
-            start_time,
-            record_exception or set_status_on_exception,
-            end_on_exit,
-        )
+        the decorated function, coroutine functions included), as the API's ``Tracer`` declares: the
+        arguments of :meth:`start_span`, then ``end_on_exit=True``."""
+        given = _AS_CURRENT_SPAN.bind(self, *args, **kwargs)
+        given.apply_defaults()
+        options = given.arguments
+        del options["self"]
+        end_on_exit = options.pop("end_on_exit")
+        mark_errors = options["record_exception"] or options["set_status_on_exception"]
+        return CurrentSpan(functools.partial(self.start_span, **options), mark_errors, end_on_exit)
+
+
+# start_span's parameters followed by end_on_exit: the API's start_as_current_span.
+_AS_CURRENT_SPAN = inspect.signature(LeanTracer.start_span).replace(
+    parameters=[
+        *inspect.signature(LeanTracer.start_span).parameters.values(),
+        inspect.Parameter(
+            "end_on_exit", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=True, annotation="bool"
+        ),
+    ],
+    return_annotation="CurrentSpan",
+)
+LeanTracer.start_as_current_span.__signature__ = _AS_CURRENT_SPAN  # type: ignore[attr-defined]
 
 
 class CurrentSpan:
     """What ``LeanTracer.start_as_current_span`` returns: a context manager that starts the span on entry
-    and makes it current, and on exit restores the previous context, marks the span failed (exception
-    type only) if the block raised an ``Exception``, and ends it. As a decorator it does the same around
-    every call of the function (for a coroutine function, around the whole awaited call)."""
+    (``start()``) and makes it current, and on exit restores the previous context, marks the span failed
+    (exception type only) if the block raised an ``Exception`` and ``mark_errors`` is set, and ends it
+    (unless ``end_on_exit`` is false). As a decorator it does the same around every call of the function
+    (for a coroutine function, around the whole awaited call)."""
 
-    __slots__ = ("_args", "_end_on_exit", "_mark_errors", "_span", "_start", "_start_time", "_token")
+    __slots__ = ("_end_on_exit", "_mark_errors", "_span", "_start", "_token")
 
-    def __init__(
-        self,
-        start: Callable[..., trace.Span],
-        args: tuple[Any, ...],
-        start_time: int | None,
-        mark_errors: bool,
-        end_on_exit: bool,
-    ) -> None:
+    def __init__(self, start: Callable[[], trace.Span], mark_errors: bool, end_on_exit: bool) -> None:
         self._start = start
-        self._args = args
-        self._start_time = start_time
         self._mark_errors = mark_errors
         self._end_on_exit = end_on_exit
         self._span: trace.Span | None = None
@@ -261,12 +256,12 @@ class CurrentSpan:
 
     def _fresh(self) -> CurrentSpan:
         """A new, unentered manager with the same arguments (one per decorated call)."""
-        return CurrentSpan(self._start, self._args, self._start_time, self._mark_errors, self._end_on_exit)
+        return CurrentSpan(self._start, self._mark_errors, self._end_on_exit)
 
     def __enter__(self) -> trace.Span:
         if self._span is not None:
             raise RuntimeError("a start_as_current_span manager can be entered only once")
-        span = self._span = self._start(*self._args, start_time=self._start_time)
+        span = self._span = self._start()
         self._token = context_api.attach(trace.set_span_in_context(span))
         return span
 
@@ -398,6 +393,7 @@ class LeanTracerProvider(trace.TracerProvider):
 
 # ---------------------------------------------------------------------------------------- OTLP over gRPC
 _pack_fixed64 = struct.Struct("<Q").pack
+_Encoded = TypeVar("_Encoded")
 _EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
@@ -431,6 +427,24 @@ def _any_value(value: Any, common_pb2: Any) -> Any:
         values = [_any_value(v, common_pb2) for v in value]
         return common_pb2.AnyValue(array_value=common_pb2.ArrayValue(values=values))
     return common_pb2.AnyValue(string_value=str(value))
+
+
+def _per_attribute_set(
+    cache: dict[Any, _Encoded], attributes: Mapping[str, Any], build: Callable[[Mapping[str, Any]], _Encoded]
+) -> _Encoded:
+    """``build(attributes)``, kept in ``cache`` per distinct set of (hashable) values; a set holding a list
+    value is built every time, and a cache of 1,024 sets starts again empty."""
+    try:
+        key: Any = tuple(attributes.items())
+        cached = cache.get(key)
+    except TypeError:  # a list value: not cacheable
+        return build(attributes)
+    if cached is None:
+        cached = build(attributes)
+        if len(cache) >= 1024:
+            cache.clear()
+        cache[key] = cached
+    return cached
 
 
 class OtlpGrpcSink:
@@ -479,21 +493,11 @@ class OtlpGrpcSink:
     def _attributes(self, attributes: Mapping[str, Any]) -> list[Any]:
         """The ``KeyValue`` list of ``attributes``, built once per distinct set of (hashable) values:
         the RPC spans of one method and most stage spans repeat theirs."""
-        try:
-            key: Any = tuple(attributes.items())
-            cached = self._encoded.get(key)
-        except TypeError:  # a list value: not cacheable
-            key, cached = None, None
-        if cached is None:
-            common_pb2 = self._pb[1]
-            cached = [
-                common_pb2.KeyValue(key=k, value=_any_value(v, common_pb2)) for k, v in attributes.items()
-            ]
-            if key is not None:
-                if len(self._encoded) >= 1024:
-                    self._encoded.clear()
-                self._encoded[key] = cached
-        return cached
+        return _per_attribute_set(self._encoded, attributes, self._key_values)
+
+    def _key_values(self, attributes: Mapping[str, Any]) -> list[Any]:
+        common_pb2 = self._pb[1]
+        return [common_pb2.KeyValue(key=k, value=_any_value(v, common_pb2)) for k, v in attributes.items()]
 
     def encode(self, batch: Sequence[LeanSpan]) -> Any:
         """The ``ExportTraceServiceRequest`` of ``batch``."""
@@ -530,18 +534,10 @@ class OtlpGrpcSink:
 
     def _attribute_fields(self, attributes: Mapping[str, Any]) -> bytes:
         """``Span.attributes`` (field 9, one entry per key) in wire format, once per distinct set."""
-        try:
-            key: Any = tuple(attributes.items())
-            cached = self._wire_attributes.get(key)
-        except TypeError:  # a list value: not cacheable
-            key, cached = None, None
-        if cached is None:
-            cached = b"".join(_field(0x4A, kv.SerializeToString()) for kv in self._attributes(attributes))
-            if key is not None:
-                if len(self._wire_attributes) >= 1024:
-                    self._wire_attributes.clear()
-                self._wire_attributes[key] = cached
-        return cached
+        return _per_attribute_set(self._wire_attributes, attributes, self._wire_key_values)
+
+    def _wire_key_values(self, attributes: Mapping[str, Any]) -> bytes:
+        return b"".join(_field(0x4A, kv.SerializeToString()) for kv in self._attributes(attributes))
 
     def _span_bytes(self, span: LeanSpan) -> bytes:
         """One ``Span`` message in wire format (fields in number order, defaults omitted as proto3 does)."""

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import grpc
 
 from ragspine.settings import Settings
+from ragspine_services.common.handlers import INFRASTRUCTURE_PREFIXES, PerMethodInterceptor, rewrapped
 
 _LOG = logging.getLogger("ragspine_services.tracing")
 _lock = threading.Lock()
@@ -34,7 +35,6 @@ _configured: dict[str, Any] = {}
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
-_UNTRACED_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 # version-traceid-spanid-flags; a later version may append fields after another dash.
 _TRACEPARENT_RE = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 _GRPC_STATUS_CODE = "rpc.grpc.status_code"
@@ -196,7 +196,7 @@ def _end_failed(span: Any, code: grpc.StatusCode | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------- server side
-class TracingServerInterceptor(grpc.ServerInterceptor):
+class TracingServerInterceptor(PerMethodInterceptor):
     """A SERVER span around every unary-response RPC, child of the caller's ``traceparent`` if any.
 
     The wrapped handler is built once per method (the handler below it is the same object for every call
@@ -207,35 +207,15 @@ class TracingServerInterceptor(grpc.ServerInterceptor):
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind
 
+        super().__init__()
         self._tracer = tracer
         self._attach, self._detach = otel_context.attach, otel_context.detach
         self._in_context = trace.set_span_in_context
         self._kind = SpanKind.SERVER
-        self._cache: dict[str, tuple[Any, Any]] = {}
 
-    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
-        handler = continuation(details)
-        method: str = details.method
-        if handler is None or method.startswith(_UNTRACED_PREFIXES):
-            return handler
-        cached = self._cache.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = handler
-        if handler.unary_unary is not None:
-            wrapped = grpc.unary_unary_rpc_method_handler(
-                self._wrap(handler.unary_unary, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        elif handler.stream_unary is not None:
-            wrapped = grpc.stream_unary_rpc_method_handler(
-                self._wrap(handler.stream_unary, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        self._cache[method] = (handler, wrapped)
-        return wrapped
+    def _wrapped(self, handler: Any, method: str) -> Any:
+        wrapped = rewrapped(handler, lambda behavior, _stream: self._wrap(behavior, method))
+        return handler if wrapped is None else wrapped
 
     def _wrap(self, behavior: Callable[[Any, Any], Any], method: str) -> Callable[[Any, Any], Any]:
         start_span, attach, detach, in_context = (
@@ -290,7 +270,7 @@ class TracingClientInterceptor(grpc.UnaryUnaryClientInterceptor):
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
         method = details.method if isinstance(details.method, str) else details.method.decode()
-        if method.startswith(_UNTRACED_PREFIXES):
+        if method.startswith(INFRASTRUCTURE_PREFIXES):
             return continuation(details, request)
         attributes = self._attributes.get(method)
         if attributes is None:
@@ -340,7 +320,7 @@ class TracedChannel(grpc.Channel):
     def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
         inner = self._channel.unary_unary(method, *args, **kwargs)
         name = method if isinstance(method, str) else bytes(method).decode()
-        if name.startswith(_UNTRACED_PREFIXES):
+        if name.startswith(INFRASTRUCTURE_PREFIXES):
             return inner
         return _TracedUnaryUnary(inner, self, _span_name(name), _rpc_attributes(name))
 
@@ -380,64 +360,46 @@ class _TracedUnaryUnary(grpc.UnaryUnaryMultiCallable):
         self._name = name
         self._attributes = attributes
 
-    def _start(self, metadata: Any) -> tuple[Any, tuple[tuple[str, Any], ...]]:
+    def _start(
+        self,
+        request: Any,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: Any = None,
+        wait_for_ready: bool | None = None,
+        compression: Any = None,
+    ) -> tuple[Any, tuple[Any, ...]]:
+        """A new client span and the call's arguments (as gRPC's multi-callables take them), its context
+        added to the metadata."""
         span = self._start_span(self._name, kind=self._kind, attributes=self._attributes)
         extra = self._context_metadata(span.get_span_context())
-        return span, (tuple(metadata) + extra if metadata else extra)
+        metadata = tuple(metadata) + extra if metadata else extra
+        return span, (request, timeout, metadata, credentials, wait_for_ready, compression)
 
-    def __call__(
-        self,
-        request: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> Any:
-        call = self._inner
-        return self._blocking(call, request, timeout, metadata, credentials, wait_for_ready, compression)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._blocking(self._inner, *args, **kwargs)
 
-    def with_call(
-        self,
-        request: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> Any:
-        call = self._inner.with_call
-        return self._blocking(call, request, timeout, metadata, credentials, wait_for_ready, compression)
+    def with_call(self, *args: Any, **kwargs: Any) -> Any:
+        return self._blocking(self._inner.with_call, *args, **kwargs)
 
-    def _blocking(self, call: Any, request: Any, timeout: Any, metadata: Any, *rest: Any) -> Any:
+    def _blocking(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         """``call`` (the blocking call or ``with_call``) inside the client span, which ends with it."""
-        span, metadata = self._start(metadata)
+        span, arguments = self._start(*args, **kwargs)
         if not span.is_recording():
-            return call(request, timeout, metadata, *rest)
+            return call(*arguments)
         try:
-            return call(request, timeout, metadata, *rest)
+            return call(*arguments)
         except BaseException as exc:
             _end_failed(span, _code_of(exc))
             raise
         finally:
             span.end()
 
-    def future(
-        self,
-        request: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> Any:
-        span, metadata = self._start(metadata)
+    def future(self, *args: Any, **kwargs: Any) -> Any:
+        span, arguments = self._start(*args, **kwargs)
         if not span.is_recording():
-            return self._inner.future(request, timeout, metadata, credentials, wait_for_ready, compression)
-        return _ended_when_done(
-            span,
-            lambda: self._inner.future(request, timeout, metadata, credentials, wait_for_ready, compression),
-        )
+            return self._inner.future(*arguments)
+        return _ended_when_done(span, lambda: self._inner.future(*arguments))
 
 
 def _ended_when_done(span: Any, start: Callable[[], Any]) -> Any:

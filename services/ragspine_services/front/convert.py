@@ -17,6 +17,7 @@ from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.filtering.doc_metadata import RESERVED_KEYS, DateValue, check_key, encode_metadata
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, canonical_op
 from ragspine_services._gen import retrieval_pb2
+from ragspine_services.common.fields import same_named
 from ragspine_services.front.filter_report import CountingFilter
 
 # Fields a caller may filter on: the metadata fields plus the document's identity.
@@ -293,11 +294,7 @@ def document_meta(
     return DocumentMeta(
         doc_id=doc.doc_id,
         title=title,
-        topic=doc.topic,
-        entity=doc.entity,
-        geography=doc.geography,
-        period=doc.period,
-        language=doc.language,
+        **same_named(doc, METADATA_FIELDS),
         sensitivity=sensitivity,
         source_locator_prefix=doc.source_locator_prefix or doc.doc_id,
         metadata_json=metadata_json,

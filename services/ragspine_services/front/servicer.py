@@ -46,12 +46,14 @@ from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics
 from ragspine_services.common.admission import Lane
 from ragspine_services.common.auth import current_caller
+from ragspine_services.common.batch_size import check_batch_size
 from ragspine_services.common.deadline import answer_deadline, call_deadline
 from ragspine_services.common.errors import (
     BackendUnavailableError,
     NotFoundError,
     RequestTooLargeError,
 )
+from ragspine_services.common.fields import same_named
 from ragspine_services.common.model_info import runtime_message
 from ragspine_services.common.server import DEFAULT_MAX_MESSAGE_BYTES, open_file_limit
 from ragspine_services.front import convert
@@ -92,6 +94,27 @@ class FrontLimits:
             queue_wait_s=settings.queue_wait_s,
         )
 
+
+# What Info publishes of the limits, each under its own name.
+_PUBLISHED_LIMITS = (
+    "max_message_bytes",
+    "max_top_k",
+    "max_documents_per_request",
+    "max_query_chars",
+    "max_concurrent_ingests",
+    "max_stream_documents",
+    "max_stream_bytes",
+)
+# A library's summary as ListLibraries sends it (RESTRICTED chunks are never counted: the count would
+# trace their volume).
+_LIBRARY_SUMMARY = (
+    "chunk_count",
+    "pending_vectors",
+    "embedding_model",
+    "embedding_dim",
+    "chunker",
+    "contextual",
+)
 
 _MODES: dict[int, str] = {
     retrieval_pb2.RETRIEVAL_MODE_UNSPECIFIED: "",
@@ -145,13 +168,13 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.IngestRequest, context: grpc.ServicerContext
     ) -> retrieval_pb2.IngestResponse:
         started = time.perf_counter()
-        if not request.documents:
-            raise ValueError("documents is empty: send at least one document")
-        if len(request.documents) > self.limits.max_documents_per_request:
-            raise RequestTooLargeError(
-                f"{len(request.documents)} documents in one request; the limit is "
-                f"{self.limits.max_documents_per_request}: use IngestStream or split the batch"
-            )
+        check_batch_size(
+            request.documents,
+            self.limits.max_documents_per_request,
+            "documents",
+            one="document",
+            split="use IngestStream or split the batch",
+        )
         authorize(request.library)
         with self.ingest_calls.slot():
             results = self.ingest_calls.ingest(request)
@@ -335,18 +358,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             if caller.may_read(name):
                 # Read without opening the library when it is not open (no eviction, no index build).
                 summary = self.catalog.summary(name)
-                out.append(
-                    retrieval_pb2.Library(
-                        library_id=name,
-                        # RESTRICTED chunks are never counted: the count would trace their volume.
-                        chunk_count=summary.chunk_count,
-                        pending_vectors=summary.pending_vectors,
-                        embedding_model=summary.embedding_model,
-                        embedding_dim=summary.embedding_dim,
-                        chunker=summary.chunker,
-                        contextual=summary.contextual,
-                    )
-                )
+                out.append(retrieval_pb2.Library(library_id=name, **same_named(summary, _LIBRARY_SUMMARY)))
         return retrieval_pb2.ListLibrariesResponse(libraries=out)
 
     def Info(
@@ -356,20 +368,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         defaults = effective_config({}, self.catalog.settings)
         return retrieval_pb2.RetrievalServiceInfoResponse(
             version=ragspine.__version__,
-            max_message_bytes=lim.max_message_bytes,
-            max_top_k=lim.max_top_k,
-            max_documents_per_request=lim.max_documents_per_request,
+            **same_named(lim, _PUBLISHED_LIMITS),
             default_mode=self.default_mode,
             remote_worker=self.remote_worker,
-            max_query_chars=lim.max_query_chars,
             visual_model=self._visual_model(),
             max_document_text_chars=lim.ingest.max_text_chars,
             max_document_pages=lim.ingest.max_pages,
             max_page_pixels=lim.ingest.max_page_pixels,
             max_document_pixels=lim.ingest.max_document_pixels,
-            max_concurrent_ingests=lim.max_concurrent_ingests,
-            max_stream_documents=lim.max_stream_documents,
-            max_stream_bytes=lim.max_stream_bytes,
             models=self._models(),
             default_chunker=defaults[CHUNKER],
             default_contextual=defaults[CONTEXTUAL],

@@ -47,6 +47,7 @@ from ragspine_services._gen import common_pb2, structured_pb2, structured_pb2_gr
 from ragspine_services.common.auth import READ, WRITE, current_caller
 from ragspine_services.common.deadline import call_deadline
 from ragspine_services.common.errors import BackendUnavailableError, NotFoundError, RequestTooLargeError
+from ragspine_services.common.fields import same_named
 
 STRUCTURED_SERVICE_NAME = "ragspine.v1.StructuredService"
 MAX_FACT_FILE_BYTES = 16 * 1024 * 1024
@@ -54,6 +55,8 @@ MAX_COMPARE_ENTITIES = 100
 MAX_GRAPH_DEPTH = 8
 MAX_TOP_K = 100
 _LOG = logging.getLogger("ragspine_services.front.structured")
+# FactRecord's text fields, the fact's (or a query result's) own by the same names.
+_FACT_TEXTS = ("unit", "metric_code", "entity", "geography", "channel", "period_type", "period")
 _SIGNATURE_SQL = (
     f"SELECT COUNT(*), COALESCE(SUM(version), 0), COALESCE(MAX(ingested_at), '') FROM {FACT_TABLE}"
 )
@@ -132,13 +135,7 @@ def _timings(started: float) -> common_pb2.Timings:
 def _fact_record(fact: Fact) -> structured_pb2.FactRecord:
     return structured_pb2.FactRecord(
         value=fact.value,
-        unit=fact.unit,
-        metric_code=fact.metric_code,
-        entity=fact.entity,
-        geography=fact.geography,
-        channel=fact.channel,
-        period_type=fact.period_type,
-        period=fact.period,
+        **same_named(fact, _FACT_TEXTS),
         valid_as_of=fact.valid_as_of or "",
         ingested_at=fact.ingested_at or "",
         source=structured_pb2.FactSource(doc=fact.source_doc_id, locator=fact.source_locator),
@@ -152,13 +149,7 @@ def metric_response(result: Mapping[str, Any]) -> structured_pb2.QueryMetricResp
         source = result["source"]
         record = structured_pb2.FactRecord(
             value=float(result["value"]),
-            unit=str(result["unit"]),
-            metric_code=str(result["metric_code"]),
-            entity=str(result["entity"]),
-            geography=str(result["geography"]),
-            channel=str(result["channel"]),
-            period_type=str(result["period_type"]),
-            period=str(result["period"]),
+            **{name: str(result[name]) for name in _FACT_TEXTS},
             valid_as_of=str(result.get("valid_as_of") or ""),
             ingested_at=str(result.get("ingested_at") or ""),
             source=structured_pb2.FactSource(doc=str(source["doc"]), locator=str(source["locator"])),

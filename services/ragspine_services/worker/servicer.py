@@ -13,7 +13,9 @@ import grpc
 import ragspine
 from ragspine.models.describe import describe_model
 from ragspine_services._gen import common_pb2, model_worker_pb2, model_worker_pb2_grpc
+from ragspine_services.common.batch_size import check_batch_size
 from ragspine_services.common.errors import RequestTooLargeError
+from ragspine_services.common.fields import same_named
 from ragspine_services.common.model_info import runtime_message
 from ragspine_services.worker.batcher import BatchOutcome, DynamicBatcher
 from ragspine_services.worker.models import ModelRegistry
@@ -41,13 +43,19 @@ class WorkerLimits:
     tokens_per_page: int = 1_024
 
 
+# What Info publishes of the limits, each under its own name.
+_PUBLISHED_LIMITS = (
+    "max_batch_tokens",
+    "max_client_batch",
+    "max_input_chars",
+    "max_queue",
+    "max_concurrent",
+    "max_image_bytes",
+)
+
+
 def _check_texts(texts: Sequence[str], limits: WorkerLimits, what: str = "texts") -> list[str]:
-    if not texts:
-        raise ValueError(f"{what} is empty: send at least one")
-    if len(texts) > limits.max_client_batch:
-        raise RequestTooLargeError(
-            f"{len(texts)} {what} in one request; the limit is {limits.max_client_batch}: split the batch"
-        )
+    check_batch_size(texts, limits.max_client_batch, what, split="split the batch")
     for i, text in enumerate(texts):
         if len(text) > limits.max_input_chars:
             raise RequestTooLargeError(
@@ -64,6 +72,16 @@ def _timings(outcome: BatchOutcome[Any], started: float) -> common_pb2.Timings:
         inference_ms=outcome.inference_ms,
         total_ms=(time.perf_counter() - started) * 1e3,
     )
+
+
+def _multivectors(outcome: BatchOutcome[Any], dtype: int, encoder: Any, started: float) -> dict[str, Any]:
+    """The fields of a page or visual-query embedding response: the packed multi-vectors, the encoder
+    that made them (its name identifies the embedding space) and the call's timings."""
+    return {
+        "vectors": [pack_multivector(v, dtype) for v in outcome.results],
+        "model": encoder.name,
+        "timings": _timings(outcome, started),
+    }
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -197,12 +215,7 @@ class ModelWorkerServicer(model_worker_pb2_grpc.ModelWorkerServiceServicer):
         self, request: model_worker_pb2.EmbedPagesRequest, context: grpc.ServicerContext
     ) -> model_worker_pb2.EmbedPagesResponse:
         started = time.perf_counter()
-        if not request.images:
-            raise ValueError("images is empty: send at least one PNG page")
-        if len(request.images) > self.limits.max_client_batch:
-            raise RequestTooLargeError(
-                f"{len(request.images)} images in one request; the limit is {self.limits.max_client_batch}"
-            )
+        check_batch_size(request.images, self.limits.max_client_batch, "images", one="PNG page")
         oversized = [i for i, b in enumerate(request.images) if len(b) > self.limits.max_image_bytes]
         if oversized:
             raise RequestTooLargeError(
@@ -213,11 +226,7 @@ class ModelWorkerServicer(model_worker_pb2_grpc.ModelWorkerServiceServicer):
         outcome = self.page_batcher.submit(
             ("pages",), images, encoder.embed_pages, timeout_s=context.time_remaining()
         )
-        return model_worker_pb2.EmbedPagesResponse(
-            vectors=[pack_multivector(v, request.dtype) for v in outcome.results],
-            model=encoder.name,
-            timings=_timings(outcome, started),
-        )
+        return model_worker_pb2.EmbedPagesResponse(**_multivectors(outcome, request.dtype, encoder, started))
 
     def EmbedVisualQuery(
         self, request: model_worker_pb2.EmbedVisualQueryRequest, context: grpc.ServicerContext
@@ -227,27 +236,19 @@ class ModelWorkerServicer(model_worker_pb2_grpc.ModelWorkerServiceServicer):
         encoder = self.registry.visual()
         outcome = self._submit(("visual-query",), queries, encoder.embed_queries, context)
         return model_worker_pb2.EmbedVisualQueryResponse(
-            vectors=[pack_multivector(v, request.dtype) for v in outcome.results],
-            model=encoder.name,
-            timings=_timings(outcome, started),
+            **_multivectors(outcome, request.dtype, encoder, started)
         )
 
     def Info(
         self, request: model_worker_pb2.ModelWorkerServiceInfoRequest, context: grpc.ServicerContext
     ) -> model_worker_pb2.ModelWorkerServiceInfoResponse:
-        lim = self.limits
         return model_worker_pb2.ModelWorkerServiceInfoResponse(
-            max_batch_tokens=lim.max_batch_tokens,
-            max_client_batch=lim.max_client_batch,
-            max_input_chars=lim.max_input_chars,
-            max_queue=lim.max_queue,
-            max_concurrent=lim.max_concurrent,
+            **same_named(self.limits, _PUBLISHED_LIMITS),
             embedding_model=self.registry.embedding_spec,
             sparse_model=self.registry.sparse_spec,
             reranker_model=self.registry.reranker_spec,
             loaded_models=self.registry.loaded,
             version=ragspine.__version__,
-            max_image_bytes=lim.max_image_bytes,
             models=[
                 runtime_message(describe_model(kind, model), host="worker")
                 for kind, model in self.registry.loaded_models()
