@@ -21,10 +21,25 @@ from typing import Any, Self
 
 from ragspine.stores.dialect import SQLITE, Dialect
 
-__all__ = ["SqlStore"]
+__all__ = ["Closing", "SqlStore"]
 
 
-class SqlStore:
+class Closing:
+    """A store used as a context manager: ``with store:`` closes it on the way out."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class SqlStore(Closing):
     """The common ground of the stores of record (see the module docstring)."""
 
     _d: Dialect = SQLITE
@@ -42,9 +57,6 @@ class SqlStore:
     def _snapshot(self) -> AbstractContextManager[Any]:
         raise NotImplementedError
 
-    def close(self) -> None:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ shared
 
     @contextmanager
@@ -59,11 +71,3 @@ class SqlStore:
     def _ledger_tx(self, *, write: bool) -> AbstractContextManager[Any]:
         """The transaction the vector ledger and the library settings run in (a store may read elsewhere)."""
         return self._write() if write else self._snapshot()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+from ragspine.common.registry import from_entry_point
 from ragspine.common.sensitivity import RESTRICTED
 from ragspine.settings import OFF, Settings, choice
 from ragspine.stores.dialect import SQLITE
@@ -192,12 +192,9 @@ def make_fact_store(spec: str | None = None, **kwargs: Any) -> FactStore | None:
         if not dsn:
             raise ValueError("fact store 'postgres' needs a DSN: pass dsn= or set RAGSPINE_STORE_DSN")
         return PgFactStore(dsn, **kwargs)
-    for entry in importlib_metadata.entry_points(group=FACT_STORE_ENTRY_POINT_GROUP):
-        if entry.name.lower() == name:
-            store = entry.load()(**kwargs)
-            if not isinstance(store, FactStore):
-                raise ValueError(f"entry point {entry.name!r} did not return a FactStore")
-            return store
+    store = from_entry_point(FACT_STORE_ENTRY_POINT_GROUP, name, kwargs, FactStore)
+    if store is not None:
+        return store
     raise ValueError(f"unknown fact store {spec!r}; choices: {', '.join(FACT_STORE_CHOICES)}")
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -269,64 +269,6 @@ def row_to_page(row: Sequence[Any], with_vectors: bool, *, stored_bytes: int | N
         stored_bytes=len(blob) if stored_bytes is None else stored_bytes,
         image_sha=sha,
     )
-
-
-class PageStore(Protocol):
-    """What the visual index and the front need of a page store (``VisualPageStore``,
-    ``ragspine.stores.pg_page_store.PgVisualPageStore``)."""
-
-    db_path: str
-    dtype: str
-    pool_factor: int
-
-    def put_pages(
-        self, records: Sequence[PageRecord], vectors: Sequence[np.ndarray], *, encoder: str
-    ) -> int: ...
-
-    def page_digests(self, doc_id: str, *, library: str = "") -> dict[int, tuple[str, str]]: ...
-
-    def replace_doc(
-        self,
-        doc_id: str,
-        records: Sequence[PageRecord],
-        fresh: Mapping[int, np.ndarray],
-        *,
-        encoder: str,
-        library: str = "",
-    ) -> int: ...
-
-    def replace_doc_in(
-        self,
-        conn: Any,
-        doc_id: str,
-        records: Sequence[PageRecord],
-        fresh: Mapping[int, np.ndarray],
-        *,
-        encoder: str,
-        library: str = "",
-    ) -> int: ...
-
-    def delete_doc_in(self, conn: Any, doc_id: str, *, library: str) -> int: ...
-
-    def delete_doc(self, doc_id: str, *, library: str | None = None) -> int: ...
-
-    def load(
-        self,
-        *,
-        library: str | None = None,
-        keys: Sequence[tuple[str, str, int]] | None = None,
-        with_vectors: bool = True,
-    ) -> list[StoredPage]: ...
-
-    def get(self, locator: str, *, library: str = "") -> StoredPage | None: ...
-
-    def page_text(self, locator: str, *, library: str = "") -> str | None: ...
-
-    def stats(self) -> dict[str, float]: ...
-
-    def version(self) -> int: ...
-
-    def close(self) -> None: ...
 
 
 _UPSERT_COLUMNS = tuple(c.strip() for c in PAGE_COLUMNS.split(","))
@@ -566,3 +508,8 @@ class PageStoreBase(SqlStore):
             ).fetchone()
         count, total = int(count), int(total)
         return {"pages": count, "vector_bytes": total, "bytes_per_page": (total / count) if count else 0.0}
+
+
+# What the visual index and the front need of a page store (``VisualPageStore``,
+# ``ragspine.stores.pg_page_store.PgVisualPageStore``): the one base every engine's page store derives from.
+PageStore = PageStoreBase

@@ -26,14 +26,8 @@ from ragspine.stores.chunks import INDEXES, ChunkStoreBase, chunk_columns, log_c
 from ragspine.stores.dialect import POSTGRES, qmark_to_pyformat
 from ragspine.stores.ledger import ledger_ddl
 from ragspine.stores.library_settings import library_settings_ddl
-from ragspine.stores.pg_connect import DEFAULT_SCHEMA, redact_dsn, scrub_secret
+from ragspine.stores.pg_connect import DEFAULT_SCHEMA, pgsql, psycopg, redact_dsn, scrub_secret
 from ragspine.stores.pg_db import PgRow, PgStore, check_schema
-
-try:
-    import psycopg
-    from psycopg import sql as pgsql
-except ModuleNotFoundError:  # pragma: no cover - exercised only without the extra
-    psycopg = None  # type: ignore[assignment]
 
 __all__ = [
     "CHANGE_CHANNEL",

@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+# The driver, for every PostgreSQL store module (None without the [postgres] extra: see require_psycopg).
 try:
     import psycopg
     from psycopg import sql as pgsql
 except ModuleNotFoundError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
+    pgsql = None  # type: ignore[assignment]
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",

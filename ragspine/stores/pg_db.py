@@ -24,13 +24,7 @@ from typing import Any
 
 from ragspine.stores.base import SqlStore
 from ragspine.stores.dialect import POSTGRES, qmark_to_pyformat
-from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector, redact_dsn
-
-try:
-    import psycopg
-    from psycopg import sql as pgsql
-except ModuleNotFoundError:  # pragma: no cover - exercised only without the extra
-    psycopg = None  # type: ignore[assignment]
+from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector, pgsql, psycopg, redact_dsn
 
 __all__ = ["PgRow", "PgStore", "check_schema"]
 

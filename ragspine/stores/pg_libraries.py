@@ -11,14 +11,8 @@ import threading
 from typing import Any
 
 from ragspine.stores.pg_chunk_store import PgChunkStore
-from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector
+from ragspine.stores.pg_connect import DEFAULT_SCHEMA, PgConnector, pgsql, psycopg
 from ragspine.stores.schema_names import SCHEMA_PREFIX, library_schema
-
-try:
-    import psycopg
-    from psycopg import sql as pgsql
-except ModuleNotFoundError:  # pragma: no cover - exercised only without the extra
-    psycopg = None  # type: ignore[assignment]
 
 __all__ = ["SCHEMA_PREFIX", "PgLibraryDirectory", "library_schema"]
 

@@ -16,18 +16,12 @@ import json
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.vector.types import VectorHit, VectorRecord, Where, as_vector
-from ragspine.stores.pg_connect import DEFAULT_CONNECT_TIMEOUT_S, PgConnector
-
-try:
-    import psycopg
-    from psycopg import sql as pgsql
-except ModuleNotFoundError:  # pragma: no cover - exercised only without the extra
-    psycopg = None  # type: ignore[assignment]
+from ragspine.stores.base import Closing
+from ragspine.stores.pg_connect import DEFAULT_CONNECT_TIMEOUT_S, PgConnector, pgsql, psycopg, require_psycopg
 
 __all__ = ["PgVectorStore"]
 
@@ -41,7 +35,7 @@ def _vector_literal(vec: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vec) + "]"
 
 
-class PgVectorStore:
+class PgVectorStore(Closing):
     """Vectors in a PostgreSQL table ``(id text, embedding vector(dim), metadata jsonb)`` with an HNSW
     cosine index.
 
@@ -63,10 +57,7 @@ class PgVectorStore:
         ef_search: int = 100,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
-        if psycopg is None:
-            raise ValueError(
-                "the pgvector store needs the [postgres] extra: pip install 'ragspine[postgres]'"
-            )
+        require_psycopg("the pgvector store")
         if not isinstance(table, str) or not _TABLE_NAME.match(table):
             raise ValueError(
                 f"table must be a lower-case SQL identifier like 'ragspine_vectors', got {table!r}"
@@ -101,14 +92,6 @@ class PgVectorStore:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
-
-    def __enter__(self) -> PgVectorStore:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def _connection(self) -> Any:
         if self._conn is None:
