@@ -46,6 +46,9 @@ __all__ = [
     "beir_queries",
     "best_rate",
     "best_rates",
+    "comma_choices",
+    "corpus_or_skip",
+    "corpus_parser",
     "dataset_dir",
     "datasets_parser",
     "each_dataset",
@@ -54,6 +57,7 @@ __all__ = [
     "load_average",
     "load_beir",
     "mean_ndcg",
+    "pages_parser",
     "peak_rss_bytes",
     "percentile",
     "pin_single_thread",
@@ -61,10 +65,12 @@ __all__ = [
     "random_pages",
     "release_free_heap",
     "rss_bytes",
+    "run_datasets",
     "run_threaded",
     "set_math_threads",
     "spawn_ragspine",
     "stop_all",
+    "timed",
     "wait_serving",
 ]
 
@@ -135,6 +141,75 @@ def datasets_parser(
     return ap
 
 
+def corpus_parser(
+    description: str | None, *, limit: int, limit_use: str, rounds: int | None = None
+) -> argparse.ArgumentParser:
+    """The command line of the scripts that measure on one BEIR corpus (SciFact by default): ``--data``
+    (the folder holding corpus.jsonl), ``--limit`` (documents to ``limit_use``) and, given ``rounds``,
+    ``--rounds`` (alternating rounds)."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", default=str(SCIFACT), help="BEIR folder holding corpus.jsonl")
+    parser.add_argument(
+        "--limit", type=int, default=limit, help=f"documents to {limit_use} (default {limit})"
+    )
+    if rounds is not None:
+        parser.add_argument(
+            "--rounds", type=int, default=rounds, help=f"alternating rounds (default {rounds})"
+        )
+    return parser
+
+
+def corpus_or_skip(data: str | Path) -> Path | None:
+    """``data / "corpus.jsonl"``, or None after saying that the script skips (exit 0) when it is absent."""
+    corpus = Path(data) / "corpus.jsonl"
+    if corpus.is_file():
+        return corpus
+    print(f"SciFact not found at {corpus}: skipping; pass --data or set RAGSPINE_SHARED_DATA")
+    return None
+
+
+def pages_parser(description: str | None, *, pages: int, patches: int) -> argparse.ArgumentParser:
+    """The command line of the scripts that measure a page matrix over synthetic pages (``random_pages``):
+    ``--pages``, ``--patches`` (the most patches one page has), ``--rounds`` and ``--k`` (the ranking
+    depth); a script adds its own options."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pages", type=int, default=pages)
+    parser.add_argument("--patches", type=int, default=patches)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--k", type=int, default=10)
+    return parser
+
+
+def comma_choices(
+    parser: argparse.ArgumentParser, value: str, choices: Sequence[str], what: str
+) -> list[str]:
+    """The comma-separated names of ``value``, blanks dropped; a name not among ``choices`` ends the
+    script through ``parser.error`` (``unknown <what>(s) ...; choose from ...``)."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(choices))
+    if unknown:
+        parser.error(f"unknown {what}(s) {', '.join(unknown)}; choose from {', '.join(choices)}")
+    return names
+
+
+def run_datasets(
+    bench: Callable[[BeirDataset, argparse.Namespace], object],
+    description: str | None,
+    *,
+    max_queries: int,
+    slow_queries: int,
+) -> int:
+    """``bench(dataset, args)`` for each dataset the command line of :func:`datasets_parser` names."""
+    args = datasets_parser(description, max_queries=max_queries, slow_queries=slow_queries).parse_args()
+    for dataset in each_dataset(args.data, args.datasets.split(",")):
+        bench(dataset, args)
+    return 0
+
+
 def each_dataset(root: Path, names: Iterable[str]) -> Iterator[BeirDataset]:
     """The BEIR datasets ``root / name`` that exist, loaded one at a time; each missing one is reported on
     stderr, and so is finding none at all."""
@@ -175,6 +250,14 @@ def mean_ndcg(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str,
     if not qrels:
         return 0.0
     return sum(ndcg_at_k(run.get(qid, []), rel, k) for qid, rel in qrels.items()) / len(qrels)
+
+
+def timed(work: Callable[[], T], clock: Callable[[], float] = time.perf_counter) -> tuple[T, float]:
+    """What ``work()`` returns and the seconds it took on ``clock`` (wall time unless told otherwise:
+    ``time.process_time`` for this process's CPU time)."""
+    start = clock()
+    out = work()
+    return out, clock() - start
 
 
 def best_rate(work: Callable[[], object], items: int, rounds: int = 3) -> float:

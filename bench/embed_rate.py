@@ -17,7 +17,6 @@ Skips (exit 0, with a message) when the SciFact corpus is absent.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import SCIFACT, alternating
+from _common import alternating, corpus_or_skip, corpus_parser
 
 
 def passages(corpus: Path, limit: int) -> list[str]:
@@ -59,20 +58,14 @@ def _timed(fn: Callable[[], object], count: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--data", default=str(SCIFACT), help="BEIR folder holding corpus.jsonl")
-    parser.add_argument("--limit", type=int, default=200, help="documents to chunk (default 200)")
+    parser = corpus_parser(__doc__, limit=200, limit_use="chunk", rounds=3)
     parser.add_argument("--passages", type=int, default=300, help="passages embedded per run (default 300)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     parser.add_argument(
         "--embedding", default="minilm", help="our backend, a RAGSPINE_EMBEDDING name (default minilm)"
     )
     args = parser.parse_args()
-    corpus = Path(args.data) / "corpus.jsonl"
-    if not corpus.is_file():
-        print(f"SciFact not found at {corpus}: skipping; pass --data or set RAGSPINE_SHARED_DATA")
+    corpus = corpus_or_skip(args.data)
+    if corpus is None:
         return
     texts = passages(corpus, args.limit)[: args.passages]
 

@@ -25,7 +25,6 @@ Skips (exit 0, with a message) when the SciFact corpus is absent.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -39,7 +38,15 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from _common import SCIFACT, beir_ingest_requests, free_port, percentile, spawn_ragspine, wait_serving
+from _common import (
+    beir_ingest_requests,
+    corpus_or_skip,
+    corpus_parser,
+    free_port,
+    percentile,
+    spawn_ragspine,
+    wait_serving,
+)
 
 from ragspine.ingest import iter_beir_jsonl
 from ragspine_services._gen import retrieval_pb2 as pb
@@ -305,11 +312,7 @@ def _print_round(i: int, r: dict[str, Any], deadline_ms: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--data", default=str(SCIFACT), help="BEIR folder holding corpus.jsonl")
-    parser.add_argument("--limit", type=int, default=1000, help="documents to ingest (default 1000)")
+    parser = corpus_parser(__doc__, limit=1000, limit_use="ingest")
     parser.add_argument("--deadline-ms", type=float, default=1000.0, help="per-query deadline (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating server/peer rounds (default 3)")
     parser.add_argument(
@@ -321,13 +324,9 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
-    data = Path(args.data)
-    if not (data / "corpus.jsonl").is_file():
-        print(
-            f"SciFact not found at {data} (need corpus.jsonl): skipping; "
-            "pass --data or set RAGSPINE_SHARED_DATA"
-        )
+    if corpus_or_skip(args.data) is None:
         return
+    data = Path(args.data)
     deadline_ms = args.deadline_ms
     EMBEDDING["name"] = args.embedding
     result = run(

@@ -17,17 +17,15 @@ Skips (exit 0, with a message) when the SciFact corpus is absent.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import grpc
-from _common import SCIFACT, beir_ingest_requests, percentile
+from _common import beir_ingest_requests, corpus_or_skip, corpus_parser, percentile
 
 from ragspine.ingest import iter_beir_jsonl
 from ragspine.settings import Settings
@@ -67,16 +65,13 @@ class Slowed:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--data", default=str(SCIFACT), help="BEIR folder holding corpus.jsonl")
-    parser.add_argument("--limit", type=int, default=100, help="documents to ingest (default 100)")
+    parser = corpus_parser(__doc__.split("\n", 1)[0], limit=100, limit_use="ingest")
     parser.add_argument("--deadline-ms", type=float, default=200.0, help="per-query deadline (default 200)")
     parser.add_argument("--slow-ms", type=float, default=0.0, help="added to each query embedding (ms)")
     parser.add_argument("--interval-ms", type=float, default=50.0, help="between queries (default 50)")
     args = parser.parse_args()
-    corpus = Path(args.data) / "corpus.jsonl"
-    if not corpus.exists():
-        print(f"skipped: {corpus} not found")
+    corpus = corpus_or_skip(args.data)
+    if corpus is None:
         return 0
     queries = [r.title for r in iter_beir_jsonl(corpus, limit=50) if r.title] or ["protein folding"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,7 +18,6 @@ Skips (exit 0, with a message) when the SciFact corpus is absent.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import SCIFACT, alternating
+from _common import alternating, corpus_or_skip, corpus_parser
 from embed_rate import passages
 
 
@@ -70,18 +69,12 @@ def abstracts(corpus: Path, count: int) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--data", default=str(SCIFACT), help="BEIR folder holding corpus.jsonl")
-    parser.add_argument("--limit", type=int, default=200, help="documents to chunk (default 200)")
+    parser = corpus_parser(__doc__, limit=200, limit_use="chunk", rounds=3)
     parser.add_argument("--passages", type=int, default=300, help="texts per run (default 300)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime threads (default 2)")
     args = parser.parse_args()
-    corpus = Path(args.data) / "corpus.jsonl"
-    if not corpus.is_file():
-        print(f"SciFact not found at {corpus}: skipping; pass --data or set RAGSPINE_SHARED_DATA")
+    corpus = corpus_or_skip(args.data)
+    if corpus is None:
         return
     sets = {
         "chunks": sorted(passages(corpus, args.limit)[: args.passages], key=len),

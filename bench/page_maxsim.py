@@ -18,11 +18,10 @@ is printed with the load average, and both must return the same leads (checked o
 
 from __future__ import annotations
 
-from _common import SeededQueries, random_pages, set_math_threads
+from _common import SeededQueries, pages_parser, random_pages, set_math_threads, timed
 
 set_math_threads(1, override=False)
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
@@ -58,12 +57,8 @@ def run(n_pages: int, patches: int, queries: int, rounds: int, k: int) -> dict[s
     m_qps, p_qps, ratios = [], [], []
     mismatches = 0
     for _ in range(rounds):
-        t0 = time.process_time()
-        got = [matrix.search(t, k=k) for t in texts]
-        m_s = time.process_time() - t0
-        t0 = time.process_time()
-        want = [padded.search(t, k=k) for t in texts]
-        p_s = time.process_time() - t0
+        got, m_s = timed(lambda: [matrix.search(t, k=k) for t in texts], time.process_time)
+        want, p_s = timed(lambda: [padded.search(t, k=k) for t in texts], time.process_time)
         mismatches += sum(a != b for a, b in zip(got, want, strict=True))
         m_qps.append(queries / m_s)
         p_qps.append(queries / p_s)
@@ -84,14 +79,8 @@ def run(n_pages: int, patches: int, queries: int, rounds: int, k: int) -> dict[s
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--pages", type=int, default=1000)
-    parser.add_argument("--patches", type=int, default=256)
+    parser = pages_parser(__doc__, pages=1000, patches=256)
     parser.add_argument("--queries", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--k", type=int, default=10)
     args = parser.parse_args()
     if min(args.pages, args.patches, args.queries, args.rounds, args.k) < 1:
         parser.error("every count must be >= 1")

@@ -24,11 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import SeededQueries, alternating, set_math_threads
+from _common import SeededQueries, alternating, pages_parser, set_math_threads
 
 set_math_threads(1, override=False)
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
@@ -137,14 +136,8 @@ def run(n_pages: int, patches: int, doc_pages: int, rounds: int, k: int) -> dict
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--pages", type=int, default=2000)
-    parser.add_argument("--patches", type=int, default=192)
+    parser = pages_parser(__doc__, pages=2000, patches=192)
     parser.add_argument("--doc-pages", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if min(args.pages, args.patches, args.doc_pages, args.rounds, args.k) < 1:

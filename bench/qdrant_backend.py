@@ -27,7 +27,7 @@ Usage: python bench/qdrant_backend.py [--data ../shared/data/scifact] [--max-que
 
 from __future__ import annotations
 
-from _common import SCIFACT, SeededQueries, percentile, random_pages, set_math_threads
+from _common import SCIFACT, SeededQueries, percentile, random_pages, set_math_threads, timed
 
 set_math_threads(1, override=False)
 
@@ -256,12 +256,8 @@ def page_figures(n_pages: int, patches: int, rounds: int, queries: int, k: int =
     ratios, mem_qps, qd_qps = [], [], []
     same_order = overlap = 0.0
     for r in range(rounds):
-        t0 = time.perf_counter()
-        want = [in_process.search(t, k=k) for t in texts]
-        mem_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        got = [on_qdrant.search(t, k=k) for t in texts]
-        qd_s = time.perf_counter() - t0
+        want, mem_s = timed(lambda: [in_process.search(t, k=k) for t in texts])
+        got, qd_s = timed(lambda: [on_qdrant.search(t, k=k) for t in texts])
         mem_qps.append(queries / mem_s)
         qd_qps.append(queries / qd_s)
         ratios.append(mem_s / qd_s)

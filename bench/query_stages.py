@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import datasets_parser, each_dataset, percentile
+from _common import percentile, run_datasets
 
 from ragspine.agent.decompose import DecomposingRetriever, HeuristicQueryDecomposer, LLMQueryDecomposer
 from ragspine.agent.query_transform import (
@@ -164,10 +164,7 @@ def bench_dataset(dataset: BeirDataset, args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    args = datasets_parser(__doc__, max_queries=200, slow_queries=10).parse_args()
-    for dataset in each_dataset(args.data, args.datasets.split(",")):
-        bench_dataset(dataset, args)
-    return 0
+    return run_datasets(bench_dataset, __doc__, max_queries=200, slow_queries=10)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from _common import datasets_parser, each_dataset, free_port, percentile
+from _common import free_port, percentile, run_datasets
 
 from ragspine.eval.beir import BeirDataset
 from ragspine.eval.metrics import ndcg_at_k
@@ -169,10 +169,7 @@ def bench_dataset(dataset: BeirDataset, args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    args = datasets_parser(__doc__, max_queries=100, slow_queries=10).parse_args()
-    for dataset in each_dataset(args.data, args.datasets.split(",")):
-        bench_dataset(dataset, args)
-    return 0
+    return run_datasets(bench_dataset, __doc__, max_queries=100, slow_queries=10)
 
 
 if __name__ == "__main__":

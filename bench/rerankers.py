@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import best_rates, dataset_dir, load_beir, set_math_threads
+from _common import best_rates, comma_choices, dataset_dir, load_beir, set_math_threads
 
 MODELS = ("ce-minilm", "ce-base", "colbert")
 PEER_BATCH = 32
@@ -283,10 +283,7 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="smoke run: tiny configs, 16 pairs, 1 round")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = sorted(set(models) - set(MODELS))
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    models = comma_choices(parser, args.models, MODELS, "model")
     if args.tiny:
         args.pairs, args.candidates, args.rounds = min(args.pairs, 16), min(args.candidates, 8), 1
     set_math_threads(args.threads)

@@ -58,6 +58,7 @@ from ragspine.eval.harness import ingest_dataset  # noqa: E402
 from ragspine.retrieval.assembly import assemble_index  # noqa: E402
 from ragspine.retrieval.channels.inverted_index import compiled_kernel_available  # noqa: E402
 from ragspine.retrieval.chunking.chunk_store import ChunkStore  # noqa: E402
+from ragspine.retrieval.indexing.text_api import query_variants  # noqa: E402
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine.retrieval.text.tokenizer import tokenize  # noqa: E402
 from ragspine.settings import Settings  # noqa: E402
@@ -149,6 +150,16 @@ class _Replaced:
                 delattr(self.obj, name)
 
 
+class _CachedRewriter:
+    """A query rewriter that looks up the variants the real one gave for each query."""
+
+    def __init__(self, variants: dict[str, list[str]]) -> None:
+        self.variants = variants
+
+    def rewrite(self, query: str) -> list[str]:
+        return self.variants[query]
+
+
 def part_variants(
     index: Any, link: NarrativeIndexRetriever, queries: Sequence[tuple[str, list[str]]], top: int
 ) -> dict[str, Stage]:
@@ -157,7 +168,7 @@ def part_variants(
     Raises ``RuntimeError`` when a stand-in changes any query's snippets."""
     retriever = index.retriever
     lex = retriever.bm25.index
-    variants = {text: retriever._variants(text) for text, _ in queries}
+    variants = {text: query_variants(retriever.query_rewriter, text) for text, _ in queries}
     kernel: dict[tuple[tuple[str, ...], int | None], tuple[list[str], list[float]]] = {}
     for text, _ in queries:
         for variant in variants[text]:
@@ -175,7 +186,7 @@ def part_variants(
     stand_ins = {
         "without_kernel": _Replaced(lex, search_columns=cached_columns),
         "without_store_check": _Replaced(index, sync=no_change),
-        "without_glossary": _Replaced(retriever, _variants=variants.__getitem__),
+        "without_glossary": _Replaced(retriever, query_rewriter=_CachedRewriter(variants)),
     }
     expected = {text: link.retrieve(text, top_k=top) for text, _ in queries}
     for name, replaced in stand_ins.items():

@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ for _path in (REPO_ROOT, REPO_ROOT / "services"):
         sys.path.insert(0, str(_path))
 
 import grpc  # noqa: E402
-from _common import free_port, percentile, spawn_ragspine, wait_serving  # noqa: E402
+from _common import comma_choices, free_port, percentile, spawn_ragspine, wait_serving  # noqa: E402
 
 from ragspine_services._gen import retrieval_pb2 as pb  # noqa: E402
 from ragspine_services._gen import retrieval_pb2_grpc  # noqa: E402
@@ -165,10 +166,7 @@ def main() -> None:
     parser.add_argument("--libraries", type=int, default=300, help="libraries phase: how many")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    unknown = sorted(set(phases) - set(PHASES))
-    if unknown:
-        parser.error(f"unknown phase(s) {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    phases = comma_choices(parser, args.phases, PHASES, "phase")
     report: dict[str, Any] = {}
     resource_phases = [p for p in phases if p != "faults"]
     if resource_phases:
@@ -183,43 +181,58 @@ def run_resource_phases(phases: list[str], args: argparse.Namespace) -> dict[str
     """The large-message, health and library phases (``bench/soak_limits.py``), printed as they end."""
     import soak_limits
 
+    runs: dict[str, Callable[[Path], dict[str, Any]]] = {
+        "large": lambda folder: soak_limits.phase_large(folder, settle_s=args.settle_s),
+        "health": lambda folder: soak_limits.phase_health(folder, seconds=args.flood_s),
+        "libraries": lambda folder: soak_limits.phase_libraries(folder, count=args.libraries),
+    }
     out: dict[str, Any] = {}
     scratch = Path(tempfile.mkdtemp(prefix="ragspine-soak-limits-"))
     for phase in phases:
         print(f"== phase {phase}", file=sys.stderr, flush=True)
         folder = scratch / phase
         folder.mkdir()
-        if phase == "large":
-            out[phase] = result = soak_limits.phase_large(folder, settle_s=args.settle_s)
-            if not args.json:
-                for mode, row in result.items():
-                    print(
-                        f"large messages ({mode}): RSS before {row['before_mb']} MB, "
-                        f"peak {row['peak_mb']} MB, "
-                        f"{row['settle_s']:.0f} s after {row['after_mb']} MB (kept {row['kept_mb']:+} MB; "
-                        f"goal < +100 MB); statuses {row['codes']}"
-                    )
-        elif phase == "health":
-            out[phase] = result = soak_limits.phase_health(folder, seconds=args.flood_s)
-            if not args.json:
-                h, r = result["health_ms"], result["reflection_ms"]
-                print(
-                    f"health under a heavy flood: p50 {h['p50']} ms, p99 {h['p99']} ms, max {h['max']} ms "
-                    f"({h['samples']} checks; goal p99 < 100 ms); reflection p99 {r['p99']} ms; "
-                    f"flood statuses {result['flood_codes']}"
-                )
-        elif phase == "libraries":
-            out[phase] = result = soak_limits.phase_libraries(folder, count=args.libraries)
-            if not args.json:
-                print(
-                    f"{result['libraries']} libraries under an open-file limit of {result['fd_limit']}: "
-                    f"{result['open_libraries']} open (max {result['max_open_libraries']}), "
-                    f"{result['fds_per_idle_library']} fds per idle library (goal 0), "
-                    f"{result['fds_per_open_library']} per open one, {result['fds_total']} fds in all; "
-                    f"ListLibraries p50 {result['list_ms']['p50']} ms; "
-                    f"ingest statuses {result['ingest_codes']}"
-                )
+        out[phase] = result = runs[phase](folder)
+        if not args.json:
+            _PRINT_PHASE[phase](result)
     return out
+
+
+def _print_large(result: dict[str, Any]) -> None:
+    for mode, row in result.items():
+        print(
+            f"large messages ({mode}): RSS before {row['before_mb']} MB, "
+            f"peak {row['peak_mb']} MB, "
+            f"{row['settle_s']:.0f} s after {row['after_mb']} MB (kept {row['kept_mb']:+} MB; "
+            f"goal < +100 MB); statuses {row['codes']}"
+        )
+
+
+def _print_health(result: dict[str, Any]) -> None:
+    h, r = result["health_ms"], result["reflection_ms"]
+    print(
+        f"health under a heavy flood: p50 {h['p50']} ms, p99 {h['p99']} ms, max {h['max']} ms "
+        f"({h['samples']} checks; goal p99 < 100 ms); reflection p99 {r['p99']} ms; "
+        f"flood statuses {result['flood_codes']}"
+    )
+
+
+def _print_libraries(result: dict[str, Any]) -> None:
+    print(
+        f"{result['libraries']} libraries under an open-file limit of {result['fd_limit']}: "
+        f"{result['open_libraries']} open (max {result['max_open_libraries']}), "
+        f"{result['fds_per_idle_library']} fds per idle library (goal 0), "
+        f"{result['fds_per_open_library']} per open one, {result['fds_total']} fds in all; "
+        f"ListLibraries p50 {result['list_ms']['p50']} ms; "
+        f"ingest statuses {result['ingest_codes']}"
+    )
+
+
+_PRINT_PHASE: dict[str, Callable[[dict[str, Any]], None]] = {
+    "large": _print_large,
+    "health": _print_health,
+    "libraries": _print_libraries,
+}
 
 
 def fault_phase(args: argparse.Namespace) -> dict[str, Any]:

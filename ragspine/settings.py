@@ -31,7 +31,7 @@ import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields, replace
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 from ragspine.retrieval.constants import DEFAULT_CHANGE_POLL_S
 
@@ -54,6 +54,14 @@ def choice(value: object, default: str = OFF) -> str:
 def is_off(value: object, default: str = OFF) -> bool:
     """True when ``value`` (blank read as ``default``) switches its component off."""
     return choice(value, default) == OFF
+
+
+def selected(spec: object, settings: object, name: str) -> str:
+    """A factory's selector in canonical form (:func:`choice`, ``-`` read as ``_``): ``spec``, or when it is
+    None the field ``name`` of ``settings`` (of the defaults when ``settings`` is no :class:`Settings`)."""
+    if spec is None:
+        spec = getattr(settings if isinstance(settings, Settings) else Settings(), name)
+    return choice(spec).replace("-", "_")
 
 
 # What each RAGSPINE_RETRIEVAL_MODE preset uses: alias -> (canonical name, dense embeddings, learned sparse).
@@ -424,6 +432,24 @@ class TracingSettings:
 # ---------------------------------------------------------------------------------------------- Settings
 
 
+class _GroupView(Generic[_G]):
+    """``settings.<group>``: the fields of one group, read off the flat settings, as that group's object."""
+
+    def __init__(self, group: type[_G]) -> None:
+        self.group = group
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _GroupView[_G]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> _G: ...
+
+    def __get__(self, obj: object, owner: type) -> _GroupView[_G] | _G:
+        if obj is None:
+            return self
+        return self.group(**{f.name: getattr(obj, f.name) for f in fields(self.group)})  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings(
     TracingSettings,
@@ -460,44 +486,15 @@ class Settings(
         clean = {k: v for k, v in overrides.items() if v is not None}
         return replace(settings, **clean) if clean else settings
 
-    def _group(self, group: type[_G]) -> _G:
-        return group(**{f.name: getattr(self, f.name) for f in fields(group)})  # type: ignore[arg-type]
-
-    @property
-    def retrieval(self) -> RetrievalSettings:
-        return self._group(RetrievalSettings)
-
-    @property
-    def models(self) -> ModelSettings:
-        return self._group(ModelSettings)
-
-    @property
-    def llm(self) -> LLMSettings:
-        return self._group(LLMSettings)
-
-    @property
-    def stores(self) -> StoreSettings:
-        return self._group(StoreSettings)
-
-    @property
-    def structured(self) -> StructuredSettings:
-        return self._group(StructuredSettings)
-
-    @property
-    def worker(self) -> WorkerSettings:
-        return self._group(WorkerSettings)
-
-    @property
-    def service(self) -> ServiceSettings:
-        return self._group(ServiceSettings)
-
-    @property
-    def limits(self) -> LimitsSettings:
-        return self._group(LimitsSettings)
-
-    @property
-    def tracing(self) -> TracingSettings:
-        return self._group(TracingSettings)
+    retrieval = _GroupView(RetrievalSettings)
+    models = _GroupView(ModelSettings)
+    llm = _GroupView(LLMSettings)
+    stores = _GroupView(StoreSettings)
+    structured = _GroupView(StructuredSettings)
+    worker = _GroupView(WorkerSettings)
+    service = _GroupView(ServiceSettings)
+    limits = _GroupView(LimitsSettings)
+    tracing = _GroupView(TracingSettings)
 
     @property
     def model_specs(self) -> ModelSpecs:
@@ -513,17 +510,10 @@ class Settings(
         )
 
 
-# The groups, in the order docs/configuration.md lists them: (attribute of Settings, group class).
-GROUPS: tuple[tuple[str, type], ...] = (
-    ("retrieval", RetrievalSettings),
-    ("models", ModelSettings),
-    ("llm", LLMSettings),
-    ("stores", StoreSettings),
-    ("structured", StructuredSettings),
-    ("worker", WorkerSettings),
-    ("service", ServiceSettings),
-    ("limits", LimitsSettings),
-    ("tracing", TracingSettings),
+# The groups, in the order docs/configuration.md lists them (the order of the views on Settings):
+# (attribute of Settings, group class).
+GROUPS: tuple[tuple[str, type], ...] = tuple(
+    (name, view.group) for name, view in vars(Settings).items() if isinstance(view, _GroupView)
 )
 
 _FIELDS: tuple[Field[Any], ...] = fields(Settings)

@@ -16,16 +16,19 @@ from datetime import date
 from typing import Any, Protocol
 
 from ragspine.agent.security_gate import SecurityGate
-from ragspine.retrieval.llm.calls import (
-    DEFAULT_LLM_DEADLINE_S,
-    LLMUnavailable,
-    bounded_chat,
-    record_llm_calls,
-)
+from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S, LLMCaller, LLMUnavailable
 from ragspine.retrieval.llm.prompts import TASK_DECOMPOSE, build_prompt, reply_lines, split_parts
 from ragspine.retrieval.llm.providers import LLMProvider
-from ragspine.retrieval.stage_report import StagedResult, StageReport, fuse_snippets, run_base
-from ragspine.settings import OFF, Settings, choice
+from ragspine.retrieval.stage_report import (
+    Stage,
+    StagedResult,
+    StageReport,
+    fuse_snippets,
+    run_each,
+    screen_variants,
+    stage_llm_calls,
+)
+from ragspine.settings import OFF, Settings, selected
 
 ROUTE_DECOMPOSED = "decomposed"
 ROUTE_SINGLE = "single"
@@ -70,9 +73,11 @@ class HeuristicQueryDecomposer:
         return parts[: self.max_subquestions] if len(parts) > 1 else [question]
 
 
-class LLMQueryDecomposer:
+class LLMQueryDecomposer(LLMCaller):
     """Asks the model for sub-questions; a failure or an unusable reply gives ``[question]`` (the plain
     path, counted as a failure in the active LLM call log)."""
+
+    needs_provider = "the LLM decomposer needs an LLM provider"
 
     def __init__(
         self,
@@ -81,17 +86,13 @@ class LLMQueryDecomposer:
         max_subquestions: int = DEFAULT_MAX_SUBQUESTIONS,
         budget_s: float = DEFAULT_LLM_DEADLINE_S,
     ) -> None:
-        if provider is None:
-            raise ValueError("the LLM decomposer needs an LLM provider")
-        self.provider = provider
+        super().__init__(provider, budget_s=budget_s)
         self.max_subquestions = _check_max(max_subquestions)
-        self.budget_s = budget_s
 
     def decompose(self, question: str, *, reference_date: date | None = None) -> list[str]:
         _check_question(question)
-        prompt = build_prompt(TASK_DECOMPOSE, question, n=self.max_subquestions)
         try:
-            reply = bounded_chat(self.provider, prompt, budget_s=self.budget_s)
+            reply = self.ask(build_prompt(TASK_DECOMPOSE, question, n=self.max_subquestions))
         except LLMUnavailable:
             return [question]
         return reply_lines(reply, limit=self.max_subquestions) or [question]
@@ -103,9 +104,7 @@ def make_decomposer(
     """``none`` → None; ``heuristic`` → the splitter; ``llm`` → :class:`LLMQueryDecomposer` (needs
     ``provider``). ``spec=None`` reads ``settings.query_decompose`` (the default, none, when no
     ``settings`` are given). Raises ``ValueError`` listing the choices for an unknown name."""
-    if spec is None:
-        spec = (settings or Settings()).query_decompose
-    name = choice(spec).replace("-", "_")
+    name = selected(spec, settings, "query_decompose")
     if name == OFF:
         return None
     if name == "heuristic":
@@ -117,7 +116,7 @@ def make_decomposer(
     raise ValueError(f"unknown query decomposer {spec!r}; choices: {', '.join(DECOMPOSE_CHOICES)}")
 
 
-class DecomposingRetriever:
+class DecomposingRetriever(Stage):
     """Fans a question out into gated sub-questions through ``base`` and fuses their rankings with RRF."""
 
     stage = "decompose"
@@ -137,40 +136,23 @@ class DecomposingRetriever:
         self.security_gate = security_gate
         self.reference_date = reference_date
 
-    def retrieve(
-        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
-    ) -> list[dict[str, object]]:
-        return self.retrieve_staged(query, filters=filters, top_k=top_k).snippets
-
     def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult:
         report = StageReport(self.stage, route=ROUTE_SINGLE)
         t0 = time.perf_counter()
-        with record_llm_calls() as log:
+        with stage_llm_calls(report, degrade=False) as log:
             subs = self.decomposer.decompose(_check_question(query), reference_date=self.reference_date)
-        report.llm_calls, report.llm_failures = log.calls, log.failures
-        report.deadline_hit = log.deadline_hits > 0
         if log.failures:
             report.degraded, report.error = True, log.errors[-1]
         report.timings_ms["decompose"] = (time.perf_counter() - t0) * 1000.0
         subs = [s for s in dict.fromkeys(s.strip() for s in subs) if s]
         if subs == [query.strip()]:
             subs = []
-        if self.security_gate is not None:
-            subs, refused = self.security_gate.split(subs)
-            report.variants_refused = [(r.text, r.external_entity) for r in refused]
+        subs = screen_variants(report, self.security_gate, subs)
         t1 = time.perf_counter()
-        reports: list[StageReport] = []
         if subs:
             report.route, report.variants_tried = ROUTE_DECOMPOSED, subs
-            rankings = []
-            for sub in subs:
-                result = run_base(self.base, sub, filters=filters, top_k=top_k)
-                rankings.append(result.snippets)
-                reports.extend(result.reports)
-            snippets = fuse_snippets(rankings, top_k=top_k)
-        else:
-            plain = run_base(self.base, query, filters=filters, top_k=top_k)
-            snippets, reports = plain.snippets, list(plain.reports)
+        rankings, reports = run_each(self.base, subs or [query], filters=filters, top_k=top_k)
+        snippets = fuse_snippets(rankings, top_k=top_k) if subs else rankings[0]
         report.timings_ms["retrieve"] = (time.perf_counter() - t1) * 1000.0
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
         return StagedResult(snippets, [*reports, report])

@@ -38,7 +38,8 @@ from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.corrective import CORRECTIVE_CHOICES
 from ragspine.retrieval.filtering.automatic import make_filter_extractor
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
-from ragspine.retrieval.llm.calls import LLMUnavailable, bounded_chat, llm_deadline, record_llm_calls
+from ragspine.retrieval.llm.calls import bounded_chat, llm_deadline
+from ragspine.retrieval.llm.prompts import chat_messages
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.pipeline.pipeline import RetrievalPipeline
 from ragspine.retrieval.pipeline.report import RetrieveReport
@@ -51,7 +52,7 @@ from ragspine.retrieval.rerank.listwise_rerank import (
 )
 from ragspine.retrieval.routing.llm_router import LLMLibraryRouter
 from ragspine.retrieval.routing.router import ROUTER_CHOICES, LibraryRouter, make_library_router
-from ragspine.retrieval.stage_report import StageReport, run_base
+from ragspine.retrieval.stage_report import StageReport, run_base, stage_llm_calls
 from ragspine.settings import OFF, Settings, choice
 
 JUDGE_CHOICES = ("none", "listwise")
@@ -305,20 +306,15 @@ def _extract_filters(
     t0 = time.perf_counter()
     report = StageReport("filter_extractor")
     extracted: MetadataFilter | None = None
-    with record_llm_calls() as log:
-        try:
-            extractor = (
-                make_filter_extractor(
-                    spec, settings=Settings(llm_deadline_s=menu.llm_deadline_s), provider=menu.provider
-                )
-                if spec == "llm"
-                else make_filter_extractor(spec, settings=Settings())
+    with stage_llm_calls(report):
+        extractor = (
+            make_filter_extractor(
+                spec, settings=Settings(llm_deadline_s=menu.llm_deadline_s), provider=menu.provider
             )
-            extracted = extractor.extract(query) if extractor is not None else None
-        except LLMUnavailable as exc:
-            report.degraded, report.error = True, str(exc)
-    report.llm_calls, report.llm_failures = log.calls, log.failures
-    report.deadline_hit = log.deadline_hits > 0
+            if spec == "llm"
+            else make_filter_extractor(spec, settings=Settings())
+        )
+        extracted = extractor.extract(query) if extractor is not None else None
     if extracted is not None:
         report.actions = [
             f"{c.field} {c.op} {c.value}" for c in extracted.conditions if isinstance(c, FilterCondition)
@@ -348,24 +344,14 @@ def _judge(
     open_positions = [i for i, s in enumerate(ranked) if not is_restricted(s.get("sensitivity", ""))]
     if open_positions:
         candidates = [str(ranked[i].get("text", "")) for i in open_positions]
-        messages = [
-            {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
-            {"role": "user", "content": build_listwise_prompt(query, candidates)},
-        ]
-        with record_llm_calls() as log:
-            try:
-                order = complete_order(
-                    parse_listwise_response(
-                        bounded_chat(provider, messages, budget_s=budget_s), len(candidates)
-                    ),
-                    len(candidates),
-                )
-                opened = [ranked[i] for i in open_positions]
-                for position, index in zip(open_positions, order, strict=True):
-                    ranked[position] = opened[index]
-            except LLMUnavailable as exc:
-                report.degraded, report.error = True, str(exc)
-        report.llm_calls, report.llm_failures = log.calls, log.failures
-        report.deadline_hit = log.deadline_hits > 0
+        messages = chat_messages(JUDGE_SYSTEM_PROMPT, build_listwise_prompt(query, candidates))
+        with stage_llm_calls(report):
+            order = complete_order(
+                parse_listwise_response(bounded_chat(provider, messages, budget_s=budget_s), len(candidates)),
+                len(candidates),
+            )
+            opened = [ranked[i] for i in open_positions]
+            for position, index in zip(open_positions, order, strict=True):
+                ranked[position] = opened[index]
     report.timings_ms["total"] = (time.perf_counter() - t0) * 1e3
     return ranked, report

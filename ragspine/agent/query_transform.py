@@ -21,12 +21,7 @@ from typing import Any, Protocol
 
 from ragspine.agent.decompose import HeuristicQueryDecomposer, LLMQueryDecomposer, QueryDecomposer
 from ragspine.agent.security_gate import SecurityGate
-from ragspine.retrieval.llm.calls import (
-    DEFAULT_LLM_DEADLINE_S,
-    LLMUnavailable,
-    bounded_chat,
-    record_llm_calls,
-)
+from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S, LLMCaller, LLMUnavailable
 from ragspine.retrieval.llm.prompts import (
     TASK_CLASSIFY,
     TASK_FUSION,
@@ -37,8 +32,16 @@ from ragspine.retrieval.llm.prompts import (
     reply_lines,
 )
 from ragspine.retrieval.llm.providers import LLMProvider
-from ragspine.retrieval.stage_report import StagedResult, StageReport, fuse_snippets, run_base
-from ragspine.settings import OFF, Settings, choice
+from ragspine.retrieval.stage_report import (
+    Stage,
+    StagedResult,
+    StageReport,
+    fuse_snippets,
+    run_each,
+    screen_variants,
+    stage_llm_calls,
+)
+from ragspine.settings import OFF, selected
 
 __all__ = [
     "ADAPTIVE_ENV",
@@ -77,36 +80,30 @@ class NarrativeRetriever(Protocol):
     ) -> list[dict[str, object]]: ...
 
 
-class _Transform:
+class _Transform(Stage, LLMCaller):
     """The shared loop: generate texts (bounded LLM call), gate them, retrieve with each, fuse."""
 
     stage = ""
     max_generated = 1
+    needs_provider = "{self.stage} needs an LLM provider (set RAGSPINE_LLM_PROVIDER / _BASE_URL)"
 
     def __init__(
         self,
-        base: Any,
+        base: NarrativeRetriever,
         provider: LLMProvider,
         *,
         security_gate: SecurityGate | None = None,
         budget_s: float = DEFAULT_LLM_DEADLINE_S,
     ) -> None:
-        if provider is None:
-            raise ValueError(f"{self.stage} needs an LLM provider (set RAGSPINE_LLM_PROVIDER / _BASE_URL)")
+        LLMCaller.__init__(self, provider, budget_s=budget_s)
         if isinstance(budget_s, bool) or not isinstance(budget_s, int | float) or budget_s <= 0:
             raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
         self.base = base
-        self.provider = provider
         self.security_gate = security_gate
         self.budget_s = float(budget_s)
 
     def generate(self, query: str) -> list[str]:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
-
-    def retrieve(
-        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
-    ) -> list[dict[str, object]]:
-        return self.retrieve_staged(query, filters=filters, top_k=top_k).snippets
 
     def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult:
         """Snippets best first plus this stage's report (after the base's own stage reports)."""
@@ -114,29 +111,15 @@ class _Transform:
         t0 = time.perf_counter()
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
-        with record_llm_calls() as log:
-            try:
-                texts = dict.fromkeys(g.strip() for g in self.generate(query))
-                generated = [g for g in texts if g and g != query.strip()][: self.max_generated]
-            except LLMUnavailable as exc:
-                generated = []
-                report.degraded, report.error = True, str(exc)
-        report.llm_calls, report.llm_failures = log.calls, log.failures
-        report.deadline_hit = log.deadline_hits > 0
+        generated: list[str] = []
+        with stage_llm_calls(report):
+            texts = dict.fromkeys(g.strip() for g in self.generate(query))
+            generated = [g for g in texts if g and g != query.strip()][: self.max_generated]
         report.timings_ms["llm"] = (time.perf_counter() - t0) * 1000.0
-        if self.security_gate is not None:
-            generated, refused = self.security_gate.split(generated)
-            report.variants_refused = [(r.text, r.external_entity) for r in refused]
-        report.variants_tried = generated
+        report.variants_tried = generated = screen_variants(report, self.security_gate, generated)
         t1 = time.perf_counter()
-        plain = run_base(self.base, query, filters=filters, top_k=top_k)
-        reports = list(plain.reports)
-        rankings = [plain.snippets]
-        for text in generated:
-            extra = run_base(self.base, text, filters=filters, top_k=top_k)
-            rankings.append(extra.snippets)
-            reports.extend(extra.reports)
-        snippets = plain.snippets if len(rankings) == 1 else fuse_snippets(rankings, top_k=top_k)
+        rankings, reports = run_each(self.base, [query, *generated], filters=filters, top_k=top_k)
+        snippets = rankings[0] if len(rankings) == 1 else fuse_snippets(rankings, top_k=top_k)
         report.timings_ms["retrieve"] = (time.perf_counter() - t1) * 1000.0
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
         return StagedResult(snippets, [*reports, report])
@@ -150,18 +133,8 @@ class HyDERetriever(_Transform):
 
     stage = "hyde"
 
-    def __init__(
-        self,
-        base: NarrativeRetriever,
-        provider: LLMProvider,
-        *,
-        security_gate: SecurityGate | None = None,
-        budget_s: float = DEFAULT_LLM_DEADLINE_S,
-    ) -> None:
-        super().__init__(base, provider, security_gate=security_gate, budget_s=budget_s)
-
     def generate(self, query: str) -> list[str]:
-        return [bounded_chat(self.provider, build_prompt(TASK_HYDE, query), budget_s=self.budget_s)]
+        return [self.ask(build_prompt(TASK_HYDE, query))]
 
 
 class RAGFusionRetriever(_Transform):
@@ -184,9 +157,7 @@ class RAGFusionRetriever(_Transform):
         self.max_variants = self.max_generated = max_variants
 
     def generate(self, query: str) -> list[str]:
-        reply = bounded_chat(
-            self.provider, build_prompt(TASK_FUSION, query, n=self.max_variants), budget_s=self.budget_s
-        )
+        reply = self.ask(build_prompt(TASK_FUSION, query, n=self.max_variants))
         return reply_lines(reply, limit=self.max_variants + 1)  # the question itself may come back too
 
 
@@ -195,19 +166,8 @@ class StepBackRetriever(_Transform):
 
     stage = "step_back"
 
-    def __init__(
-        self,
-        base: NarrativeRetriever,
-        provider: LLMProvider,
-        *,
-        security_gate: SecurityGate | None = None,
-        budget_s: float = DEFAULT_LLM_DEADLINE_S,
-    ) -> None:
-        super().__init__(base, provider, security_gate=security_gate, budget_s=budget_s)
-
     def generate(self, query: str) -> list[str]:
-        reply = bounded_chat(self.provider, build_prompt(TASK_STEP_BACK, query), budget_s=self.budget_s)
-        return reply_lines(reply, limit=1)
+        return reply_lines(self.ask(build_prompt(TASK_STEP_BACK, query)), limit=1)
 
 
 class ComplexityClassifier(Protocol):
@@ -224,21 +184,17 @@ class HeuristicComplexityClassifier:
         return heuristic_complexity(question)
 
 
-class LLMComplexityClassifier:
+class LLMComplexityClassifier(LLMCaller):
     """Asks the model for the class; an unusable answer or a failure falls back to the heuristic."""
 
-    def __init__(self, provider: LLMProvider, *, budget_s: float = DEFAULT_LLM_DEADLINE_S) -> None:
-        if provider is None:
-            raise ValueError("the LLM complexity classifier needs an LLM provider")
-        self.provider = provider
-        self.budget_s = budget_s
-        self.fallback = HeuristicComplexityClassifier()
+    needs_provider = "the LLM complexity classifier needs an LLM provider"
+    fallback = HeuristicComplexityClassifier()
 
     def classify(self, question: str, *, reference_date: date | None = None) -> str:
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
         try:
-            reply = bounded_chat(self.provider, build_prompt(TASK_CLASSIFY, question), budget_s=self.budget_s)
+            reply = self.ask(build_prompt(TASK_CLASSIFY, question))
         except LLMUnavailable:
             return self.fallback.classify(question, reference_date=reference_date)
         word = reply.strip().strip(".'\"").casefold()
@@ -262,13 +218,6 @@ class AdaptiveDecomposer:
         return self.inner.decompose(question, reference_date=reference_date)
 
 
-def _spec(spec: str | None, settings: object, attribute: str) -> str:
-    if spec is None:
-        resolved = settings if isinstance(settings, Settings) else Settings()
-        spec = getattr(resolved, attribute)
-    return choice(spec).replace("-", "_")
-
-
 def make_query_transform(
     base: NarrativeRetriever,
     spec: str | None = None,
@@ -284,7 +233,7 @@ def make_query_transform(
     unknown name, and when a transform is named without a provider.
     """
     settings = kwargs.pop("settings", None)
-    name = _spec(spec, settings, "query_transform")
+    name = selected(spec, settings, "query_transform")
     if name == OFF:
         return base
     if name not in QUERY_TRANSFORM_CHOICES:
@@ -311,7 +260,7 @@ def make_adaptive_decomposer(
     ``1``) → the deterministic classifier; ``llm`` → the model classifier (needs ``provider``). With a
     provider the multi-part route decomposes with the model, else with the heuristic splitter.
     ``spec=None`` reads ``settings.adaptive`` (``settings=`` in ``kwargs``, else the default: none)."""
-    name = _spec(spec, kwargs.pop("settings", None), "adaptive")
+    name = selected(spec, kwargs.pop("settings", None), "adaptive")
     if name in ("on", "true", "1", "yes"):
         name = "heuristic"
     if name == OFF:

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_connection_args(ingest)
     ingest.set_defaults(func=_ingest)
     query = facts.add_parser("query", help="look up one figure: found / not_found / unrecognized_param")
-    query.add_argument("--metric", required=True, help="metric name or code (营收, revenue, REVENUE)")
-    query.add_argument("--entity", required=True, help="entity name or code (香港, ACME_HK)")
-    query.add_argument("--period", required=True, help="2025Q3, FY2024, 2025H1, 2025-03, last quarter, 去年")
-    query.add_argument("--channel", default="", help="channel (default: the profile's default)")
-    query.add_argument("--reference-date", default="", help="ISO date relative periods count from")
+    add_figure_args(
+        query,
+        metric_help="metric name or code (营收, revenue, REVENUE)",
+        entity_help="entity name or code (香港, ACME_HK)",
+        period_help="2025Q3, FY2024, 2025H1, 2025-03, last quarter, 去年",
+    )
     add_connection_args(query)
     query.set_defaults(func=_query)
+
+
+def add_figure_args(
+    parser: argparse.ArgumentParser, *, metric_help: str, period_help: str, entity_help: str = ""
+) -> None:
+    """The options that name a figure: ``--metric``, ``--entity`` (with ``entity_help``), ``--period``,
+    ``--channel`` and ``--reference-date`` (see :func:`figure_fields`)."""
+    parser.add_argument("--metric", required=True, help=metric_help)
+    if entity_help:
+        parser.add_argument("--entity", required=True, help=entity_help)
+    parser.add_argument("--period", required=True, help=period_help)
+    parser.add_argument("--channel", default="", help="channel (default: the profile's default)")
+    parser.add_argument("--reference-date", default="", help="ISO date relative periods count from")
+
+
+def figure_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields of the options :func:`add_figure_args` added (``metric``, ``period``, ...)."""
+    return {
+        "metric": args.metric,
+        "period": args.period,
+        "channel": args.channel,
+        "reference_date": args.reference_date,
+    }
 
 
 def structured_call(args: argparse.Namespace, method: str, request: Any) -> Any:
@@ -87,6 +112,16 @@ def print_json(message: Any) -> None:
     print(json.dumps(MessageToDict(message, preserving_proto_field_name=True), ensure_ascii=False, indent=2))
 
 
+def call_and_print(args: argparse.Namespace, method: str, request: Any, show: Callable[[Any], None]) -> Any:
+    """The response of :func:`structured_call`, printed as JSON under ``--json``, else by ``show``."""
+    response = structured_call(args, method, request)
+    if args.json:
+        print_json(response)
+    else:
+        show(response)
+    return response
+
+
 def _ingest(args: argparse.Namespace) -> int:
     from ragspine_services._gen import structured_pb2
 
@@ -105,37 +140,33 @@ def _ingest(args: argparse.Namespace) -> int:
             sensitivity=args.sensitivity or "",
             sheet=args.sheet or "",
         )
-        response = structured_call(args, "IngestFacts", request)
-        if args.json:
-            print_json(response)
-        elif response.errors:
-            print(f"{name}: {len(response.errors)} row(s) did not map; nothing was written")
-            for error in response.errors:
-                print(f"  {error.locator}: {error.message}")
-        else:
-            print(f"{name}: {response.rows_read} rows, {response.facts_written} new fact versions")
+        response = call_and_print(args, "IngestFacts", request, partial(_print_ingest, name))
         if response.errors:
             status = 1
     return status
 
 
+def _print_ingest(name: str, response: Any) -> None:
+    if response.errors:
+        print(f"{name}: {len(response.errors)} row(s) did not map; nothing was written")
+        for error in response.errors:
+            print(f"  {error.locator}: {error.message}")
+    else:
+        print(f"{name}: {response.rows_read} rows, {response.facts_written} new fact versions")
+
+
 def _query(args: argparse.Namespace) -> int:
     from ragspine_services._gen import structured_pb2
 
-    lookup = structured_pb2.MetricLookup(
-        metric=args.metric,
-        entity=args.entity,
-        period=args.period,
-        channel=args.channel,
-        reference_date=args.reference_date,
-    )
-    response = structured_call(
-        args, "QueryMetric", structured_pb2.QueryMetricRequest(library_id=args.library, lookup=lookup)
-    )
+    lookup = structured_pb2.MetricLookup(entity=args.entity, **figure_fields(args))
+    request = structured_pb2.QueryMetricRequest(library_id=args.library, lookup=lookup)
+    response = call_and_print(args, "QueryMetric", request, _print_lookup)
+    return {"found": 0, "not_found": 3}.get(str(response.WhichOneof("result")), 2)
+
+
+def _print_lookup(response: Any) -> None:
     kind = response.WhichOneof("result")
-    if args.json:
-        print_json(response)
-    elif kind == "found":
+    if kind == "found":
         print(response.found.answer)
     elif kind == "not_found":
         n = response.not_found.normalized
@@ -143,4 +174,3 @@ def _query(args: argparse.Namespace) -> int:
         print(response.not_found.message)
     else:
         print(f"unrecognized {response.unrecognized_param.param}: {response.unrecognized_param.raw!r}")
-    return {"found": 0, "not_found": 3}.get(str(kind), 2)

@@ -6,9 +6,10 @@ Same connection options as ``ragspine facts`` (``--library``, ``--server``/``--t
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
-from ragspine.cli.facts_cmd import add_connection_args, print_json, structured_call
+from ragspine.cli.facts_cmd import add_connection_args, add_figure_args, call_and_print, figure_fields
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,60 +45,56 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _figure_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metric", required=True, help="metric name or code")
-    parser.add_argument("--period", required=True, help="period (absolute or relative)")
-    parser.add_argument("--channel", default="", help="channel (default: the profile's default)")
-    parser.add_argument("--reference-date", default="", help="ISO date relative periods count from")
+    add_figure_args(parser, metric_help="metric name or code", period_help="period (absolute or relative)")
 
 
 def _fact_line(fact: Any) -> str:
     return f"{fact.entity}: {fact.value:g} {fact.unit} ({fact.source.doc}, {fact.source.locator})"
 
 
-def _rollup(args: argparse.Namespace) -> int:
+def _unless_refused(show: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``show`` for an answered question; a refused one prints its refusal message instead."""
+
+    def out(response: Any) -> None:
+        if response.refused:
+            print(response.refusal_message)
+        else:
+            show(response)
+
+    return out
+
+
+def _ask_figure(args: argparse.Namespace, method: str, show: Callable[[Any], None], **fields: Any) -> Any:
+    """``StructuredService.<method>`` (its request: ``<method>Request``) on ``--library``, the figure
+    options and ``fields``; the response printed (a refusal as its message)."""
     from ragspine_services._gen import structured_pb2
 
-    request = structured_pb2.GraphRollupRequest(
-        library_id=args.library,
-        parent_entity=args.parent,
-        metric=args.metric,
-        period=args.period,
-        channel=args.channel,
-        reference_date=args.reference_date,
+    request = getattr(structured_pb2, f"{method}Request")(
+        library_id=args.library, **fields, **figure_fields(args)
     )
-    response = structured_call(args, "GraphRollup", request)
-    if args.json:
-        print_json(response)
-    elif response.refused:
-        print(response.refusal_message)
-    else:
-        head = f"{response.metric} {response.period} under {response.parent}: "
-        print(head + (f"{response.total:g}" if response.found else "incomplete (a subsidiary has no figure)"))
-        for fact in response.facts:
-            print("  " + _fact_line(fact))
+    return call_and_print(args, method, request, _unless_refused(show))
+
+
+def _rollup(args: argparse.Namespace) -> int:
+    response = _ask_figure(args, "GraphRollup", _print_rollup, parent_entity=args.parent)
     return 0 if response.found else 3
 
 
-def _compare(args: argparse.Namespace) -> int:
-    from ragspine_services._gen import structured_pb2
+def _print_rollup(response: Any) -> None:
+    head = f"{response.metric} {response.period} under {response.parent}: "
+    print(head + (f"{response.total:g}" if response.found else "incomplete (a subsidiary has no figure)"))
+    for fact in response.facts:
+        print("  " + _fact_line(fact))
 
-    request = structured_pb2.GraphCompareRequest(
-        library_id=args.library,
-        entities=args.entity,
-        metric=args.metric,
-        period=args.period,
-        channel=args.channel,
-        reference_date=args.reference_date,
-    )
-    response = structured_call(args, "GraphCompare", request)
-    if args.json:
-        print_json(response)
-    elif response.refused:
-        print(response.refusal_message)
-    else:
-        for entry in response.entries:
-            print(_fact_line(entry.fact) if entry.found else f"{entry.entity}: not_found")
+
+def _compare(args: argparse.Namespace) -> int:
+    response = _ask_figure(args, "GraphCompare", _print_compare, entities=args.entity)
     return 3 if response.refused else 0
+
+
+def _print_compare(response: Any) -> None:
+    for entry in response.entries:
+        print(_fact_line(entry.fact) if entry.found else f"{entry.entity}: not_found")
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -106,15 +103,15 @@ def _trace(args: argparse.Namespace) -> int:
     request = structured_pb2.GraphTraceRequest(
         library_id=args.library, start=args.start, edge_types=args.edge_type, max_depth=args.max_depth
     )
-    response = structured_call(args, "GraphTrace", request)
-    if args.json:
-        print_json(response)
-    else:
-        for edge in response.edges:
-            print(f"{edge.src} -[{edge.type}]-> {edge.dst}")
-        if not response.edges:
-            print(f"{response.start}: nothing to trace")
+    call_and_print(args, "GraphTrace", request, _print_trace)
     return 0
+
+
+def _print_trace(response: Any) -> None:
+    for edge in response.edges:
+        print(f"{edge.src} -[{edge.type}]-> {edge.dst}")
+    if not response.edges:
+        print(f"{response.start}: nothing to trace")
 
 
 def _neighbors(args: argparse.Namespace) -> int:
@@ -132,12 +129,12 @@ def _neighbors(args: argparse.Namespace) -> int:
         direction=directions[args.direction],
         depth=args.depth,
     )
-    response = structured_call(args, "GraphNeighbors", request)
-    if args.json:
-        print_json(response)
-    else:
-        for node in response.nodes:
-            print(f"{node.id} ({node.type}) {node.label}")
-        for edge in response.edges:
-            print(f"  {edge.src} -[{edge.type}]-> {edge.dst}")
+    call_and_print(args, "GraphNeighbors", request, _print_neighbors)
     return 0
+
+
+def _print_neighbors(response: Any) -> None:
+    for node in response.nodes:
+        print(f"{node.id} ({node.type}) {node.label}")
+    for edge in response.edges:
+        print(f"  {edge.src} -[{edge.type}]-> {edge.dst}")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ragspine.common.sensitivity import SENSITIVITY_LEVELS, SensitivityPolicy
+from ragspine.common.sensitivity import SENSITIVITY_LEVELS, SensitivityPolicy, check_policy
 
 COMPANY_CONFIG_ENV = "RAGSPINE_COMPANY_CONFIG"
 
@@ -212,13 +212,7 @@ def _policy(raw: Any, where: str) -> SensitivityPolicy:
             f"{where}.default_level {policy.default_level!r} is not one of {', '.join(SENSITIVITY_LEVELS)}"
         )
     policy.default_level = level
-    for name in ("restricted_filename_patterns", "restricted_keywords"):
-        value = getattr(policy, name)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"{where}.{name} must be a list of strings")
-    if not isinstance(policy.escalate_unknown_to_restricted, bool):
-        raise ValueError(f"{where}.escalate_unknown_to_restricted must be true or false")
-    return policy
+    return check_policy(policy, where)
 
 
 def _dimension(raw: Any, where: str) -> DimensionSpec:

@@ -144,46 +144,40 @@ def _shift_month(year: int, month: int, delta: int) -> tuple[int, int]:
     return index // 12, index % 12 + 1
 
 
-# Relative expressions: (kind, offset) where kind is FY / HY / Q / M.
+# Relative expressions by what they mean, (kind, offset) → phrases: kind is FY / HY / Q / M, and the offset
+# counts years, halves (from this year's first half), quarters or months from the reference date's.
+_RELATIVE_PHRASES: dict[tuple[str, int], tuple[str, ...]] = {
+    (PERIOD_ANNUAL, 0): ("今年", "本年", "本年度", "this year", "current year", "this fiscal year"),
+    (PERIOD_ANNUAL, -1): (
+        "去年",
+        "上年",
+        "上一年",
+        "去年全年",
+        "last year",
+        "previous year",
+        "prior year",
+        "last fiscal year",
+    ),
+    (PERIOD_ANNUAL, -2): ("前年", "the year before last"),
+    (PERIOD_QUARTER, 0): ("本季度", "本季", "this quarter", "current quarter"),
+    (PERIOD_QUARTER, -1): (
+        "上季度",
+        "上季",
+        "上个季度",
+        "上一季度",
+        "last quarter",
+        "previous quarter",
+        "prior quarter",
+    ),
+    (PERIOD_MONTH, 0): ("本月", "这个月", "this month"),
+    (PERIOD_MONTH, -1): ("上月", "上个月", "last month", "previous month"),
+    (PERIOD_HALF, 0): ("上半年",),
+    (PERIOD_HALF, 1): ("下半年",),
+    (PERIOD_HALF, -2): ("去年上半年",),
+    (PERIOD_HALF, -1): ("去年下半年",),
+}
 _RELATIVE: dict[str, tuple[str, int]] = {
-    "今年": (PERIOD_ANNUAL, 0),
-    "本年": (PERIOD_ANNUAL, 0),
-    "本年度": (PERIOD_ANNUAL, 0),
-    "this year": (PERIOD_ANNUAL, 0),
-    "current year": (PERIOD_ANNUAL, 0),
-    "this fiscal year": (PERIOD_ANNUAL, 0),
-    "去年": (PERIOD_ANNUAL, -1),
-    "上年": (PERIOD_ANNUAL, -1),
-    "上一年": (PERIOD_ANNUAL, -1),
-    "去年全年": (PERIOD_ANNUAL, -1),
-    "last year": (PERIOD_ANNUAL, -1),
-    "previous year": (PERIOD_ANNUAL, -1),
-    "prior year": (PERIOD_ANNUAL, -1),
-    "last fiscal year": (PERIOD_ANNUAL, -1),
-    "前年": (PERIOD_ANNUAL, -2),
-    "the year before last": (PERIOD_ANNUAL, -2),
-    "本季度": (PERIOD_QUARTER, 0),
-    "本季": (PERIOD_QUARTER, 0),
-    "this quarter": (PERIOD_QUARTER, 0),
-    "current quarter": (PERIOD_QUARTER, 0),
-    "上季度": (PERIOD_QUARTER, -1),
-    "上季": (PERIOD_QUARTER, -1),
-    "上个季度": (PERIOD_QUARTER, -1),
-    "上一季度": (PERIOD_QUARTER, -1),
-    "last quarter": (PERIOD_QUARTER, -1),
-    "previous quarter": (PERIOD_QUARTER, -1),
-    "prior quarter": (PERIOD_QUARTER, -1),
-    "本月": (PERIOD_MONTH, 0),
-    "这个月": (PERIOD_MONTH, 0),
-    "this month": (PERIOD_MONTH, 0),
-    "上月": (PERIOD_MONTH, -1),
-    "上个月": (PERIOD_MONTH, -1),
-    "last month": (PERIOD_MONTH, -1),
-    "previous month": (PERIOD_MONTH, -1),
-    "上半年": (PERIOD_HALF, 0),  # this year's first half
-    "下半年": (PERIOD_HALF, 1),  # this year's second half
-    "去年上半年": (PERIOD_HALF, -2),
-    "去年下半年": (PERIOD_HALF, -1),
+    phrase: meaning for meaning, phrases in _RELATIVE_PHRASES.items() for phrase in phrases
 }
 
 

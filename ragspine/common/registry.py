@@ -1,8 +1,10 @@
-"""A small named-factory registry: ``Registry('postprocessor')`` maps names (and aliases) to factories."""
+"""A small named-factory registry: ``Registry('postprocessor')`` maps names (and aliases) to factories; and
+:func:`from_entry_point`, the factories that third-party packages publish as entry points."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import metadata as importlib_metadata
 from typing import Any
 
 
@@ -42,3 +44,16 @@ class Registry:
 
     def make(self, name: str, **kwargs: Any) -> Any:
         return self._factories[self.canonical(name)](**kwargs)
+
+
+def from_entry_point(group: str, name: str, kwargs: dict[str, Any], kind: type) -> Any | None:
+    """What the entry point ``name`` (case-insensitive) of ``group`` returns when called with ``kwargs``;
+    None when the group has no entry point of that name. ``ValueError`` when it returns no ``kind``
+    (a runtime-checkable Protocol or a class)."""
+    for entry in importlib_metadata.entry_points(group=group):
+        if entry.name.lower() == name:
+            made = entry.load()(**kwargs)
+            if not isinstance(made, kind):
+                raise ValueError(f"entry point {entry.name!r} did not return a {kind.__name__}")
+            return made
+    return None

@@ -24,7 +24,7 @@ from ragspine.common.glossary import Vocabulary
 from ragspine.common.sensitivity import RESTRICTED
 from ragspine.graph.store import GraphEdge
 from ragspine.retrieval.llm.providers import LLMProvider
-from ragspine.settings import OFF, Settings, choice
+from ragspine.settings import OFF, selected
 
 RELATION_EXTRACTOR_ENV = "RAGSPINE_RELATION_EXTRACTOR"
 DEFAULT_MAX_RELATIONS = 64
@@ -217,9 +217,7 @@ def make_relation_extractor(
     ``RAGSPINE_RELATION_EXTRACTOR``, of ``settings=`` in ``kwargs``),
     ``"cooccurrence"``/``"deterministic"`` → :class:`DeterministicRelationExtractor`, ``"llm"`` →
     :class:`LLMRelationExtractor` (``provider`` required). ``ValueError`` otherwise."""
-    if spec is None:
-        spec = (kwargs.pop("settings", None) or Settings()).relation_extractor
-    name = choice(spec).replace("-", "_")
+    name = selected(spec, kwargs.pop("settings", None), "relation_extractor")
     if name == OFF:
         return None
     if name in ("cooccurrence", "co_occurrence", "deterministic"):

@@ -214,10 +214,12 @@ def build_subgraph(
     return Subgraph(nodes=nodes, edges=edges)
 
 
-class NodeReads:
-    """``get_node``, ``neighbors`` and ``traverse`` for a store that can look a node up by id (``_node``)
-    and list adjacency for ``walk`` / ``neighbor_nodes``; every store shares them, so RESTRICTED nodes and
-    the ``where`` filter are handled the same way everywhere."""
+class GraphStoreBase:
+    """Every method of a ``GraphStore`` but the counts, over a few internals a store supplies: ``_node``
+    (a node by id), ``_steps`` / ``_edges_among`` (adjacency for ``walk`` / ``neighbor_nodes`` /
+    ``build_subgraph``), ``_edge`` (an edge by ``(src, dst, type)``), ``_put_node`` and ``_put_edge``
+    (store one). Every store shares them, so the write checks, RESTRICTED nodes and the ``where`` filter
+    are handled the same way everywhere."""
 
     def _node(self, node_id: str) -> GraphNode | None:
         raise NotImplementedError
@@ -227,6 +229,37 @@ class NodeReads:
 
     def _edges_among(self, ids: set[str], edge_types: frozenset[str] | None) -> list[GraphEdge]:
         raise NotImplementedError
+
+    def _edge(self, src: str, dst: str, edge_type: str) -> GraphEdge | None:
+        raise NotImplementedError
+
+    def _put_node(self, node: GraphNode) -> None:
+        raise NotImplementedError
+
+    def _put_edge(self, edge: GraphEdge) -> None:
+        raise NotImplementedError
+
+    def upsert_nodes(self, nodes: Sequence[GraphNode]) -> int:
+        checked = [check_node(n, f"nodes[{i}]") for i, n in enumerate(nodes)]
+        changed = 0
+        for node in checked:
+            if self._node(node.id) != node:
+                self._put_node(GraphNode(node.id, node.type, node.label, dict(node.metadata)))
+                changed += 1
+        return changed
+
+    def upsert_edges(self, edges: Sequence[GraphEdge]) -> int:
+        checked = [check_edge(e, f"edges[{i}]") for i, e in enumerate(edges)]
+        for i, edge in enumerate(checked):
+            for end in (edge.src, edge.dst):
+                if self._node(end) is None:
+                    raise ValueError(f"edges[{i}]: node {end!r} does not exist; upsert it first")
+        changed = 0
+        for edge in checked:
+            if self._edge(edge.src, edge.dst, edge.type) != edge:
+                self._put_edge(GraphEdge(edge.src, edge.dst, edge.type, dict(edge.metadata)))
+                changed += 1
+        return changed
 
     def get_node(self, node_id: str) -> GraphNode | None:
         node = self._node(node_id)
@@ -257,3 +290,13 @@ class NodeReads:
             self, [start], edge_types=edge_types, max_depth=max_depth, direction=direction, where=where
         )
         return [node for node in map(self._node, ids) if node is not None]
+
+    def subgraph(
+        self,
+        seeds: Sequence[str],
+        *,
+        depth: int = 1,
+        edge_types: Sequence[str] | None = None,
+        where: Mapping[str, str] | None = None,
+    ) -> Subgraph:
+        return build_subgraph(self, seeds, depth=depth, edge_types=edge_types, where=where)

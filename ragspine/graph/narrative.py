@@ -13,11 +13,12 @@ Off unless chosen (``make_narrative_graph("llm", provider=...)`` or ``RAGSPINE_N
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ragspine.retrieval.llm.providers import LLMProvider
-from ragspine.settings import OFF, Settings, choice
+from ragspine.settings import OFF, selected
 
 NARRATIVE_GRAPH_ENV = "RAGSPINE_NARRATIVE_GRAPH"
 DEFAULT_MAX_ENTITIES = 32
@@ -96,6 +97,14 @@ def _json_object(reply: str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
+def _objects(data: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects in the list ``data[key]`` of a model reply (anything else there is skipped)."""
+    items = data.get(key)
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict):
+            yield item
+
+
 class LLMGraphExtractor:
     """Entities and relations proposed by a model; capped, de-duplicated, and tied to their passage."""
 
@@ -120,23 +129,17 @@ class LLMGraphExtractor:
         )
         data = _json_object(self.provider.chat([{"role": "user", "content": prompt}]))
         entities: dict[str, ExtractedEntity] = {}
-        raw_entities = data.get("entities")
-        for item in raw_entities if isinstance(raw_entities, list) else []:
+        for item in _objects(data, "entities"):
             if len(entities) >= self.max_entities:
                 break
-            if not isinstance(item, dict):
-                continue
             name = str(item.get("name", "")).strip()
             if name and name not in entities:
                 kind = str(item.get("type", "") or "entity").strip()
                 entities[name] = ExtractedEntity(name, kind, source_doc_id, source_locator)
         relations: dict[tuple[str, str, str], ExtractedRelation] = {}
-        raw_relations = data.get("relations")
-        for item in raw_relations if isinstance(raw_relations, list) else []:
+        for item in _objects(data, "relations"):
             if len(relations) >= self.max_relations:
                 break
-            if not isinstance(item, dict):
-                continue
             src, dst = str(item.get("source", "")).strip(), str(item.get("target", "")).strip()
             kind = str(item.get("kind", "") or "related_to").strip()
             if src in entities and dst in entities and src != dst:
@@ -228,9 +231,7 @@ def make_narrative_graph(
     """``None``/``"none"`` → None (``spec=None`` reads ``settings.narrative_graph``,
     ``RAGSPINE_NARRATIVE_GRAPH``, of ``settings=`` in ``kwargs``; without settings, none); ``"llm"`` → the LLM
     pipeline (``provider`` required; ``max_entities``/``max_relations`` from kwargs)."""
-    if spec is None:
-        spec = (kwargs.pop("settings", None) or Settings()).narrative_graph
-    name = choice(spec)
+    name = selected(spec, kwargs.pop("settings", None), "narrative_graph")
     if name == OFF:
         return None
     if name == "llm":

@@ -15,11 +15,10 @@ Semantics every store shares (the conformance pack in ``tests/graph`` holds both
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from importlib import metadata as importlib_metadata
 from typing import Any
 
 # Published names defined in ragspine.graph.model (shared by every implementation), re-exported.
+from ragspine.common.registry import from_entry_point
 from ragspine.graph.model import (
     DEFAULT_MAX_DEPTH,
     DIRECTION_BOTH,
@@ -32,7 +31,7 @@ from ragspine.graph.model import (
     GraphEdge,
     GraphNode,
     GraphStore,
-    NodeReads,
+    GraphStoreBase,
     Subgraph,
     build_subgraph,
     check_depth,
@@ -68,12 +67,12 @@ __all__ = [
     "node_admitted",
     "walk",
 ]
-from ragspine.settings import OFF, Settings, choice
+from ragspine.settings import OFF, selected
 
 # ---------------------------------------------------------------------------------------------- in-process
 
 
-class InProcessGraphStore(NodeReads):
+class InProcessGraphStore(GraphStoreBase):
     """A graph in plain dicts: node table plus out/in adjacency keyed by edge type. Not thread-safe for
     writes concurrent with reads; build it, then query it."""
 
@@ -84,38 +83,22 @@ class InProcessGraphStore(NodeReads):
         self._in: dict[str, dict[str, dict[str, GraphEdge]]] = {}
         self._n_edges = 0
 
-    def upsert_nodes(self, nodes: Sequence[GraphNode]) -> int:
-        checked = [check_node(n, f"nodes[{i}]") for i, n in enumerate(nodes)]
-        changed = 0
-        for node in checked:
-            if self._nodes.get(node.id) != node:
-                self._nodes[node.id] = GraphNode(node.id, node.type, node.label, dict(node.metadata))
-                changed += 1
-        return changed
-
-    def upsert_edges(self, edges: Sequence[GraphEdge]) -> int:
-        checked = [check_edge(e, f"edges[{i}]") for i, e in enumerate(edges)]
-        for i, edge in enumerate(checked):
-            for end in (edge.src, edge.dst):
-                if end not in self._nodes:
-                    raise ValueError(f"edges[{i}]: node {end!r} does not exist; upsert it first")
-        changed = 0
-        for edge in checked:
-            slot = self._out.setdefault(edge.src, {}).setdefault(edge.type, {})
-            old = slot.get(edge.dst)
-            if old == edge:
-                continue
-            if old is None:
-                self._n_edges += 1
-            stored = GraphEdge(edge.src, edge.dst, edge.type, dict(edge.metadata))
-            slot[edge.dst] = stored
-            self._in.setdefault(edge.dst, {}).setdefault(edge.type, {})[edge.src] = stored
-            changed += 1
-        return changed
-
-    # internals for the shared walks
+    # the internals GraphStoreBase works over
     def _node(self, node_id: str) -> GraphNode | None:
         return self._nodes.get(node_id)
+
+    def _edge(self, src: str, dst: str, edge_type: str) -> GraphEdge | None:
+        return self._out.get(src, {}).get(edge_type, {}).get(dst)
+
+    def _put_node(self, node: GraphNode) -> None:
+        self._nodes[node.id] = node
+
+    def _put_edge(self, edge: GraphEdge) -> None:
+        slot = self._out.setdefault(edge.src, {}).setdefault(edge.type, {})
+        if edge.dst not in slot:
+            self._n_edges += 1
+        slot[edge.dst] = edge
+        self._in.setdefault(edge.dst, {}).setdefault(edge.type, {})[edge.src] = edge
 
     def _steps(self, node_id: str, edge_types: frozenset[str] | None, direction: str) -> list[str]:
         out: list[str] = []
@@ -139,16 +122,6 @@ class InProcessGraphStore(NodeReads):
                 found.extend(edge for dst, edge in targets.items() if dst in ids)
         return found
 
-    def subgraph(
-        self,
-        seeds: Sequence[str],
-        *,
-        depth: int = 1,
-        edge_types: Sequence[str] | None = None,
-        where: Mapping[str, str] | None = None,
-    ) -> Subgraph:
-        return build_subgraph(self, seeds, depth=depth, edge_types=edge_types, where=where)
-
     def count_nodes(self) -> int:
         return len(self._nodes)
 
@@ -164,9 +137,7 @@ def make_graph_store(spec: str | None = None, **kwargs: Any) -> GraphStore | Non
     ``settings=`` in ``kwargs``; without settings, none): ``""``/``"none"`` →
     None, ``"memory"``/``"in_process"`` → :class:`InProcessGraphStore`, ``"networkx"`` → the networkx
     adapter ([graph] extra), or an entry point in ``ragspine.graph_stores``. ``ValueError`` otherwise."""
-    if spec is None:
-        spec = (kwargs.pop("settings", None) or Settings()).graph_store
-    name = choice(spec).replace("-", "_")
+    name = selected(spec, kwargs.pop("settings", None), "graph_store")
     if name == OFF:
         return None
     if name in ("memory", "in_process", "inprocess"):
@@ -175,10 +146,7 @@ def make_graph_store(spec: str | None = None, **kwargs: Any) -> GraphStore | Non
         from ragspine.graph.adapters.networkx_store import NetworkxGraphStore
 
         return NetworkxGraphStore()
-    for entry in importlib_metadata.entry_points(group=GRAPH_STORE_ENTRY_POINT_GROUP):
-        if entry.name.lower() == name:
-            store = entry.load()(**kwargs)
-            if not isinstance(store, GraphStore):
-                raise ValueError(f"entry point {entry.name!r} did not return a GraphStore")
-            return store
+    store = from_entry_point(GRAPH_STORE_ENTRY_POINT_GROUP, name, kwargs, GraphStore)
+    if store is not None:
+        return store
     raise ValueError(f"unknown graph store {spec!r}; choices: {', '.join(GRAPH_STORE_CHOICES)}")

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
-from ragspine.retrieval.stage_report import StagedResult, StageReport, run_base
+from ragspine.retrieval.pipeline.relevance import STOPWORDS, query_coverage
+from ragspine.retrieval.stage_report import Stage, StagedResult, StageReport, run_base
 from ragspine.retrieval.text.tokenizer import tokenize
 from ragspine.settings import OFF, Settings, choice
 from ragspine.tracing import stage_span
@@ -34,46 +35,9 @@ ACTION_REWRITE = "rewrite"
 ACTION_REFUSE = "refuse"
 CORRECTIVE_CHOICES = ("none", "on")
 _GRADED_HEAD = 3
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "do",
-        "does",
-        "for",
-        "from",
-        "has",
-        "have",
-        "how",
-        "in",
-        "is",
-        "it",
-        "its",
-        "of",
-        "on",
-        "or",
-        "that",
-        "the",
-        "this",
-        "to",
-        "was",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "will",
-        "with",
-    ]
-)
+# The grader's stop words: the relevance stage's English function words, less five that it counts as content
+# words here, plus "were" (the grades, and so the loop's actions, stay what they were).
+_STOPWORDS = (STOPWORDS - {"can", "i", "their", "you", "your"}) | {"were"}
 
 
 class NarrativeRetriever(Protocol):
@@ -97,16 +61,10 @@ class LexicalOverlapGrader:
     No snippets grade 0.0; a query without content terms grades 1.0 (nothing to check)."""
 
     def grade(self, query: str, snippets: list[dict[str, object]]) -> float:
-        terms = content_terms(query)
         if not snippets:
             return 0.0
-        if not terms:
-            return 1.0
-        best = 0.0
-        for snippet in snippets[:_GRADED_HEAD]:
-            covered = len(terms & set(tokenize(str(snippet.get("text", "")))))
-            best = max(best, covered / len(terms))
-        return best
+        terms = frozenset(content_terms(query))
+        return max(query_coverage(terms, str(s.get("text", ""))) for s in snippets[:_GRADED_HEAD])
 
 
 @dataclass(frozen=True)
@@ -127,8 +85,9 @@ def glossary_rewrite(query: str) -> str:
     return " ".join(words) if words and query.isascii() else query
 
 
-class CorrectiveRetriever:
-    """``base`` behind the grade → act loop; ``retrieve_staged`` also returns the actions taken.
+class CorrectiveRetriever(Stage):
+    """``base`` behind the grade → act loop: ``retrieve`` returns the snippets that passed the grade, best
+    first (``[]`` when the loop refused); ``retrieve_staged`` also returns the actions taken.
 
     ``query_rewriter`` (default :func:`glossary_rewrite`) proposes the rewritten query; ``security_gate``
     (``detect(text)``) refuses a rewrite naming an external entity. ``emit`` writes one log record and one
@@ -166,12 +125,6 @@ class CorrectiveRetriever:
         self.query_rewriter = query_rewriter if query_rewriter is not None else glossary_rewrite
         self.emit = emit
         self.security_gate = security_gate
-
-    def retrieve(
-        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
-    ) -> list[dict[str, object]]:
-        """Snippets that passed the grade, best first; ``[]`` when the loop refused."""
-        return self.retrieve_staged(query, filters=filters, top_k=top_k).snippets
 
     def _grade(self, query: str, snippets: list[dict[str, Any]]) -> float:
         grade = float(self.grader.grade(query, snippets))

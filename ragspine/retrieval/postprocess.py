@@ -54,6 +54,11 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / union if union else 0.0
 
 
+def _check_share(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number from 0 to 1, got {value!r}")
+
+
 @dataclass
 class MMRPostprocessor:
     """Maximal marginal relevance over the ranked snippets.
@@ -68,12 +73,7 @@ class MMRPostprocessor:
     top_n: int | None = None
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.lambda_, bool)
-            or not isinstance(self.lambda_, int | float)
-            or not 0 <= self.lambda_ <= 1
-        ):
-            raise ValueError(f"MMR lambda_ must be a number from 0 to 1, got {self.lambda_!r}")
+        _check_share(self.lambda_, "MMR lambda_")
         if self.top_n is not None and (
             isinstance(self.top_n, bool) or not isinstance(self.top_n, int) or self.top_n < 1
         ):
@@ -149,12 +149,7 @@ class CompressionPostprocessor:
     compressor: Compressor | None = None
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.threshold, bool)
-            or not isinstance(self.threshold, int | float)
-            or not 0 <= self.threshold <= 1
-        ):
-            raise ValueError(f"compression threshold must be a number from 0 to 1, got {self.threshold!r}")
+        _check_share(self.threshold, "compression threshold")
 
     def postprocess(self, query: str, results: list[Snippet]) -> list[Snippet]:
         results = _check_results(results)

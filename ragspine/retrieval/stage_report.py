@@ -7,8 +7,12 @@ first. ``retrieve`` returns only the snippets, so a stage slots in wherever a re
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Protocol, runtime_checkable
+
+from ragspine.retrieval.llm.calls import LLMCallLog, LLMUnavailable, record_llm_calls
 
 
 @dataclass
@@ -59,11 +63,58 @@ class StagedRetriever(Protocol):
     def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult: ...
 
 
+class Stage:
+    """A stage as a ``NarrativeRetriever``: ``retrieve`` returns ``retrieve_staged``'s snippets only."""
+
+    def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult:
+        raise NotImplementedError  # pragma: no cover - every stage overrides it
+
+    def retrieve(
+        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
+    ) -> list[dict[str, object]]:
+        return self.retrieve_staged(query, filters=filters, top_k=top_k).snippets
+
+
 def run_base(base: Any, query: str, *, filters: Any, top_k: int) -> StagedResult:
     """``base``'s snippets for ``query``, with its stage reports when it is itself a stage."""
     if isinstance(base, StagedRetriever):
         return base.retrieve_staged(query, filters=filters, top_k=top_k)
     return StagedResult(list(base.retrieve(query, filters=filters, top_k=top_k)))
+
+
+def run_each(
+    base: Any, queries: Sequence[str], *, filters: Any, top_k: int
+) -> tuple[list[list[dict[str, Any]]], list[StageReport]]:
+    """``base``'s ranking for each of ``queries``, in order, and all their stage reports (in that order)."""
+    results = [run_base(base, query, filters=filters, top_k=top_k) for query in queries]
+    return [r.snippets for r in results], [report for r in results for report in r.reports]
+
+
+def screen_variants(report: StageReport, gate: Any, texts: list[str]) -> list[str]:
+    """The ``texts`` the security ``gate`` (``split(texts)``) lets through, all of them without a gate; the
+    refused ones are listed in ``report.variants_refused`` with the external entity each names."""
+    if gate is None:
+        return texts
+    allowed, refused = gate.split(texts)
+    report.variants_refused = [(r.text, r.external_entity) for r in refused]
+    return list(allowed)
+
+
+@contextmanager
+def stage_llm_calls(report: StageReport, *, degrade: bool = True) -> Iterator[LLMCallLog]:
+    """Count the LLM calls of this block into ``report`` (calls, failures, whether a deadline was hit).
+
+    With ``degrade``, an ``LLMUnavailable`` raised in the block ends it and marks ``report`` degraded
+    (its message as ``error``) instead of propagating: the stage takes its plain path."""
+    with record_llm_calls() as log:
+        try:
+            yield log
+        except LLMUnavailable as exc:
+            if not degrade:
+                raise
+            report.degraded, report.error = True, str(exc)
+    report.llm_calls, report.llm_failures = log.calls, log.failures
+    report.deadline_hit = log.deadline_hits > 0
 
 
 def snippet_key(snippet: dict[str, Any]) -> str:

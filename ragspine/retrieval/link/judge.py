@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ragspine.retrieval.llm.prompts import chat_messages
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.rerank.listwise_rerank import build_listwise_prompt, parse_listwise_response
 
@@ -23,10 +24,7 @@ class ProviderListwiseJudge:
         """A 0-based permutation of ``range(len(candidates))``, best first; ``[]`` (no call) for none."""
         if not candidates:
             return []
-        messages = [
-            {"role": "system", "content": _SYSTEM_PROMPT},
-            {"role": "user", "content": build_listwise_prompt(query, candidates)},
-        ]
+        messages = chat_messages(_SYSTEM_PROMPT, build_listwise_prompt(query, candidates))
         # Temperature 0: the same candidates should get the same ranking run after run.
         answer = self.provider.chat(messages, temperature=0.0, max_tokens=self.max_tokens)
         return parse_listwise_response(answer, len(candidates))

@@ -137,3 +137,21 @@ def bounded_chat(provider: LLMProvider, messages: list[dict[str, str]], *, budge
             log.deadline_hits += int(exc.deadline_hit)
             log.errors.append(str(exc))
         raise
+
+
+class LLMCaller:
+    """A component that asks a model: its ``provider`` (required) and ``budget_s``, the cap in seconds on
+    each of its calls (a caller's deadline may cut it shorter). ``ValueError`` without a provider, saying
+    who needs one (``needs_provider``, formatted with ``self``)."""
+
+    needs_provider = "this component needs an LLM provider"
+
+    def __init__(self, provider: LLMProvider, *, budget_s: float = DEFAULT_LLM_DEADLINE_S) -> None:
+        if provider is None:
+            raise ValueError(self.needs_provider.format(self=self))
+        self.provider = provider
+        self.budget_s = budget_s
+
+    def ask(self, messages: list[dict[str, str]]) -> str:
+        """The model's reply to ``messages`` through :func:`bounded_chat` (raises ``LLMUnavailable``)."""
+        return bounded_chat(self.provider, messages, budget_s=self.budget_s)

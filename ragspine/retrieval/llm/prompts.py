@@ -32,13 +32,18 @@ _INSTRUCTIONS = {
 }
 
 
+def chat_messages(system: str, user: str) -> list[dict[str, str]]:
+    """The chat messages of one call: the ``system`` line, then the ``user`` prompt."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 def build_prompt(task: str, question: str, *, n: int = 0) -> list[dict[str, str]]:
     """The chat messages of one stage: a system line and the ``### ragspine:<task>`` user prompt."""
     instruction = _INSTRUCTIONS[task].format(n=n)
-    return [
-        {"role": "system", "content": "You help a retrieval system. Follow the format exactly."},
-        {"role": "user", "content": f"{_HEADER}{task}\n{instruction}\n{_QUESTION}{question}"},
-    ]
+    return chat_messages(
+        "You help a retrieval system. Follow the format exactly.",
+        f"{_HEADER}{task}\n{instruction}\n{_QUESTION}{question}",
+    )
 
 
 def parse_prompt(prompt: str) -> tuple[str, str, int] | None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S, LLMUnavailable, bounded_chat
-from ragspine.retrieval.llm.providers import LLMProvider
+from ragspine.retrieval.llm.calls import LLMCaller, LLMUnavailable
+from ragspine.retrieval.llm.prompts import chat_messages
 from ragspine.retrieval.routing.router import RoutableLibrary
 
 ROUTE_SYSTEM_PROMPT = "You route questions to document libraries. Answer only with library ids, one a line."
@@ -28,23 +28,15 @@ def build_route_prompt(query: str, libraries: Sequence[RoutableLibrary]) -> str:
     )
 
 
-class LLMLibraryRouter:
+class LLMLibraryRouter(LLMCaller):
     """``LibraryRouter`` backed by an ``LLMProvider``; ``budget_s`` caps its one call per query."""
 
-    def __init__(self, provider: LLMProvider, *, budget_s: float = DEFAULT_LLM_DEADLINE_S) -> None:
-        if provider is None:
-            raise ValueError("LLMLibraryRouter needs an LLM provider (make_llm_provider)")
-        self.provider = provider
-        self.budget_s = budget_s
+    needs_provider = "LLMLibraryRouter needs an LLM provider (make_llm_provider)"
 
     def route(self, query: str, libraries: Sequence[RoutableLibrary]) -> list[str]:
         if not libraries:
             return []
-        messages = [
-            {"role": "system", "content": ROUTE_SYSTEM_PROMPT},
-            {"role": "user", "content": build_route_prompt(query, libraries)},
-        ]
-        reply = bounded_chat(self.provider, messages, budget_s=self.budget_s)
+        reply = self.ask(chat_messages(ROUTE_SYSTEM_PROMPT, build_route_prompt(query, libraries)))
         offered = {lib.library_id for lib in libraries}
         picked = [token for token in _ID.findall(reply) if token in offered]
         if not picked:
