@@ -430,19 +430,39 @@ class LibraryIndex:
         top_n: int | None = None,
         metadata_filter: MetadataFilter | None = None,
     ) -> RetrievalReport:
-        """``retrieve_report`` with the keyword filters as one ``FilterFields``. The stages: sync (never
-        waiting for another thread's) → verify the vector spaces → filter extraction (only narrows) →
-        search → rerank of the head."""
+        """``retrieve_report`` with the keyword filters as one ``FilterFields``: filter extraction (only
+        narrows) → ``search_head`` → ``rerank_head``, the steps the retrieval pipeline runs as its
+        ``filter_extraction``, ``text`` and ``text_rerank`` stages."""
+        t0 = time.perf_counter()
+        n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
+        effective, extraction_error = narrow(self.filter_extractor, query, metadata_filter)
+        report = self.search_head(query, fields, top_k, effective)
+        if extraction_error:
+            # The question's own filters could not be read: answered with the caller's filters only.
+            report.degraded = (*report.degraded, "filter_extractor")
+            report.errors["filter_extractor"] = extraction_error
+        report = self.rerank_head(query, report, top_n=n, rerank=rerank)
+        report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
+        return report
+
+    def search_head(
+        self,
+        query: str,
+        fields: FilterFields,
+        top_k: int | None = None,
+        metadata_filter: MetadataFilter | None = None,
+    ) -> RetrievalReport:
+        """The search step: sync (never waiting for another thread's) → verify the vector spaces → the
+        text index's channels and fusion, a model channel whose stored space conflicts with the configured
+        model left out (reported degraded)."""
         t0 = time.perf_counter()
         self.sync(wait=False)  # never queue behind another thread's sync: read the index as it stands
         if self._ledger is not None:
             self.spaces.verify_before_query()
         conflicts = dict(self.model_conflicts) if self.model_conflicts else {}
         timings: dict[str, float] = {"sync": (time.perf_counter() - t0) * 1000.0}
-        n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
-        effective, extraction_error = narrow(self.filter_extractor, query, metadata_filter)
         search = self.retriever.search_fields(
-            query, fields, top_k=top_k, metadata_filter=effective, without=frozenset(conflicts)
+            query, fields, top_k=top_k, metadata_filter=metadata_filter, without=frozenset(conflicts)
         )
         timings.update(search.timings_ms)
         degraded = list(search.degraded)
@@ -452,22 +472,32 @@ class LibraryIndex:
             if stage not in degraded:
                 degraded.append(stage)
                 errors[stage] = why
-        if extraction_error:
-            # The question's own filters could not be read: answered with the caller's filters only.
-            degraded.append("filter_extractor")
-            errors["filter_extractor"] = extraction_error
-        head = RerankStage(self.reranker, self.judge).run(query, search.results, top_n=n, enabled=rerank)
-        degraded += head.degraded
-        errors.update(head.errors)
-        if head.elapsed_ms is not None:
-            timings["rerank"] = head.elapsed_ms
-        timings["total"] = (time.perf_counter() - t0) * 1000.0
         return RetrievalReport(
-            results=head.results,
+            results=search.results,
             degraded=tuple(degraded),
             timings_ms=timings,
             errors=errors,
-            skipped=(*search.skipped, *head.skipped),
+            skipped=tuple(search.skipped),
             partial=search.partial,
             pending=search.pending,
+        )
+
+    def rerank_head(
+        self, query: str, report: RetrievalReport, *, top_n: int | None = None, rerank: bool = True
+    ) -> RetrievalReport:
+        """``report`` with its first ``top_n`` (default ``rerank_top_n``) results reordered by the reranker
+        (or the judge), its degradation and timing added; unchanged when ``rerank`` is off or nothing is
+        set to rerank."""
+        n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
+        head = RerankStage(self.reranker, self.judge).run(query, report.results, top_n=n, enabled=rerank)
+        timings = dict(report.timings_ms)
+        if head.elapsed_ms is not None:
+            timings["rerank"] = head.elapsed_ms
+        return dataclasses.replace(
+            report,
+            results=head.results,
+            degraded=(*report.degraded, *head.degraded),
+            errors={**report.errors, **head.errors},
+            timings_ms=timings,
+            skipped=(*report.skipped, *head.skipped),
         )

@@ -3,8 +3,9 @@
 Each stage is an object with a ``name`` and ``run(state)``; it reads what earlier stages left in the
 ``PipelineState`` and writes its own part. The default order (``default_stages``):
 
-    route → visual channel → text channels (per library: BM25 / dense / sparse, RRF, rerank, exit #2)
-    → library fusion (RRF across libraries, ``library_id`` provenance) → text+visual fusion
+    route → visual channel → per library: filter extraction → text channels (BM25 / dense / sparse,
+    RRF) → rerank of the head → snippets (RESTRICTED exit #2) → library fusion (RRF across libraries,
+    ``library_id`` provenance) → text+visual fusion
     → RESTRICTED exit (final) → postprocess
 
 A later stage (query transform, expansion, judge, ...) is one more object in that list, placed with
@@ -22,6 +23,8 @@ from typing import Any, Protocol
 from ragspine.retrieval.channels.fusion import best_first, rrf_fuse
 from ragspine.retrieval.constants import DEFAULT_RRF_K, is_restricted
 from ragspine.retrieval.expansion import expand_child_hits
+from ragspine.retrieval.filtering.automatic import narrow
+from ragspine.retrieval.filtering.fields import FilterFields
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
 from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
 from ragspine.retrieval.pipeline.snippets import snippets_and_parents
@@ -58,6 +61,7 @@ class PipelineState:
     partial: bool = False
     pending: int = 0
     retried_without_filters: bool = False
+    text: list[TextWork] | None = None  # the text stages' per-library work (``text_work``)
     restricted_dropped: int = 0
     below_min_relevance: int = 0
 
@@ -149,26 +153,96 @@ def _typed(state: PipelineState) -> MetadataFilter | None:
     return all_of(state.mfilter, keyword)
 
 
+@dataclass
+class TextWork:
+    """One library's part of the text stages: the index it is searched through (None for a caller-facing
+    retriever, which answers with snippets at once), what filter extraction read out of the question, and
+    the report the search and the rerank leave for the snippet stage."""
+
+    source: LibrarySource
+    index: Any = None
+    extracted: MetadataFilter | None = None
+    extraction_error: str = ""
+    report: Any = None
+    reranked: bool = False
+    snippets: list[dict[str, Any]] | None = None
+
+
+def _text_runs(state: PipelineState) -> bool:
+    # In ``visual`` mode the text stages run only when the page channel failed, so the caller still gets
+    # an answer.
+    return bool(state.request.text) or state.visual is None
+
+
+def text_work(state: PipelineState) -> list[TextWork]:
+    """The per-library text work of this run (made on first use, one entry per source, in order)."""
+    if state.text is None:
+        state.text = []
+        if _text_runs(state):
+            for source in state.sources:
+                work = TextWork(source)
+                if not isinstance(source, RetrieverLibrary):
+                    work.index = source.index(lexical=state.request.lexical)
+                state.text.append(work)
+    return state.text
+
+
+def _staged(index: Any) -> bool:
+    """Whether ``index`` runs its retrieval as separate steps (``LibraryIndex``); any other index answers
+    whole through ``retrieve_report``."""
+    return callable(getattr(index, "search_head", None)) and callable(getattr(index, "rerank_head", None))
+
+
+class FilterExtractionStage:
+    """Per library whose index has a filter extractor: the filter it reads out of the question, ANDed with
+    the request's own when the library is searched (extraction only narrows). A failed extraction is
+    reported degraded (``filter_extractor``) and the library is searched with the request's filters."""
+
+    name = "filter_extraction"
+
+    def run(self, state: PipelineState) -> None:
+        for work in text_work(state):
+            extractor = getattr(work.index, "filter_extractor", None) if _staged(work.index) else None
+            work.extracted, work.extraction_error = narrow(extractor, state.query, None)
+
+
 class TextChannelStage:
-    """Per library: the index's channels, fusion and rerank, then RESTRICTED exit #2 (a RESTRICTED result
-    never becomes a snippet dict). Collects degraded stages, timings and ``partial``/``pending``. In
-    ``visual`` mode it runs only when the page channel failed, so the caller still gets an answer."""
+    """Per library: the index's channels and fusion (``search_head``), with the request's filters and what
+    extraction read; an index that matches nothing with filters is searched again without the request's
+    (``retry_without_filters``). A caller-facing retriever answers whole. Collects degraded stages and
+    timings."""
 
     name = "text"
 
     def run(self, state: PipelineState) -> None:
-        if not state.request.text and state.visual is not None:
-            return  # visual mode answered by pages; when the page channel failed, text answers instead
-        for source in state.sources:
-            state.rankings.append((source.library_id, self._search(state, source)))
+        for work in text_work(state):
+            if work.index is None:
+                filters: Any = state.request.filters  # a caller-facing retriever takes what it was given
+                work.snippets = work.source.retriever.retrieve(  # type: ignore[attr-defined]
+                    state.query, filters=filters, top_k=state.request.top_k
+                )
+            elif _staged(work.index):
+                self._search(state, work)
+            else:
+                self._whole(state, work)
 
     @staticmethod
-    def _search(state: PipelineState, source: LibrarySource) -> list[dict[str, Any]]:
-        request = state.request
-        if isinstance(source, RetrieverLibrary):
-            filters: Any = request.filters  # a caller-facing retriever takes what its caller was given
-            return source.retriever.retrieve(state.query, filters=filters, top_k=request.top_k)
-        index = source.index(lexical=request.lexical)
+    def _search(state: PipelineState, work: TextWork) -> None:
+        request, index = state.request, work.index
+        fields = FilterFields(**state.keyword)
+        report = index.search_head(state.query, fields, request.top_k, all_of(state.mfilter, work.extracted))
+        if not report.results and request.retry_without_filters and (state.keyword or state.mfilter):
+            report = index.search_head(state.query, FilterFields(), request.top_k, work.extracted)
+            state.retried_without_filters = True
+        if work.extraction_error:
+            report.degraded = (*report.degraded, "filter_extractor")
+            report.errors["filter_extractor"] = work.extraction_error
+        work.report = report
+
+    @staticmethod
+    def _whole(state: PipelineState, work: TextWork) -> None:
+        """An index without separate steps: its ``retrieve_report`` extracts, searches and reranks."""
+        request, index = state.request, work.index
         kwargs: dict[str, Any] = dict(state.keyword)
         if request.rerank_top_n is not None:
             kwargs["top_n"] = request.rerank_top_n
@@ -178,16 +252,53 @@ class TextChannelStage:
         if not report.results and request.retry_without_filters and (state.keyword or state.mfilter):
             report = index.retrieve_report(state.query, top_k=request.top_k, rerank=request.rerank)
             state.retried_without_filters = True
+        work.report, work.reranked = report, True
+
+
+class TextRerankStage:
+    """Per library: the head of its ranking reordered by the index's reranker or judge (``rerank_head``;
+    ``rerank_top_n`` results, unless the request sets ``rerank_top_n``; off with ``rerank=False``)."""
+
+    name = "text_rerank"
+
+    def run(self, state: PipelineState) -> None:
+        request = state.request
+        for work in text_work(state):
+            if work.report is None or work.reranked:
+                continue
+            work.report = work.index.rerank_head(
+                state.query, work.report, top_n=request.rerank_top_n, rerank=request.rerank
+            )
+            work.reranked = True
+
+
+class TextSnippetStage:
+    """Per library: RESTRICTED exit #2 (a RESTRICTED result never becomes a snippet dict), parents or
+    windows for the children of structural chunkers, then the library's ranking for fusion; its degraded
+    stages, timings and ``partial``/``pending`` join the run's."""
+
+    name = "text_snippets"
+
+    def run(self, state: PipelineState) -> None:
+        for work in text_work(state):
+            if work.snippets is None and work.report is not None:
+                work.snippets = self._snippets(state, work)
+            if work.snippets is not None:
+                state.rankings.append((work.source.library_id, work.snippets))
+
+    @staticmethod
+    def _snippets(state: PipelineState, work: TextWork) -> list[dict[str, Any]]:
+        report, source = work.report, work.source
         t0 = time.perf_counter()
         # RESTRICTED exit #2: dropped before any snippet dict is produced.
         snippets, parents = snippets_and_parents(report.results, library_id=source.library_id or None)
-        if parents and not is_off(request.expansion):
+        if parents and not is_off(state.request.expansion):
             # A child of a structural chunker brings its parent or window as prompt_text (never a
             # RESTRICTED one); snippets of the default chunker (no parent_locator) pass through untouched,
             # so they skip the step (which would only copy them).
-            store = getattr(source, "expansion_store", None) or getattr(index, "store", None)
+            store = getattr(source, "expansion_store", None) or getattr(work.index, "store", None)
             if store is not None:
-                snippets = expand_child_hits(snippets, store, mode=request.expansion)
+                snippets = expand_child_hits(snippets, store, mode=state.request.expansion)
         for stage in report.degraded:
             state.degrade(stage, report.errors.get(stage, "") if hasattr(report, "errors") else "")
         state.add_timings(report.timings_ms)
@@ -312,7 +423,10 @@ def default_stages(
     stages: list[Stage] = [
         RouteStage(router),
         VisualChannelStage(),
+        FilterExtractionStage(),
         TextChannelStage(),
+        TextRerankStage(),
+        TextSnippetStage(),
         LibraryFusionStage(rrf_k, fuse_single=fuse_single),
         VisualFusionStage(),
         RestrictedExitStage(),

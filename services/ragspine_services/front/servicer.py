@@ -40,7 +40,7 @@ from ragspine.retrieval.pipeline.library_config import (
     CONTEXTUAL,
     effective_config,
 )
-from ragspine.retrieval.plan import Planner
+from ragspine.retrieval.pipeline.plan import Planner
 from ragspine.retrieval.raptor import normalize_granularity
 from ragspine_services._gen import common_pb2, retrieval_pb2, retrieval_pb2_grpc
 from ragspine_services.common import metrics

@@ -1,7 +1,9 @@
 """The one planner: from a retrieval request and the libraries it may search, the pipeline that answers it.
 
-Every caller that answers a ``RetrieveRequest`` over libraries of a catalog (the gRPC and HTTP front, the
-CLI, the evaluation harness) plans it here, so they assemble the same pipeline for the same request:
+Every caller that answers a ``RetrieveRequest`` over the libraries of a catalog (the gRPC and HTTP front,
+and the CLI's queries, which run the front in-process) plans it here, so the same request gets the same
+pipeline; the evaluation harness indexes its libraries with the same ``assembly.assemble_index`` and
+queries each through a one-library pipeline. A plan:
 
 - each library is searched through its own index, or, with a RAPTOR granularity other than ``leaves``,
   through its summary tree (summaries are ``is_synthesis``, never citable) over that index, as one source
@@ -22,17 +24,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
-from ragspine.retrieval.pipeline import (
+from ragspine.retrieval.constants import DEFAULT_TOP_K
+from ragspine.retrieval.pipeline.pipeline import DeadlineScope, RetrievalPipeline
+from ragspine.retrieval.pipeline.relevance import (
     DEFAULT_MIN_ANSWER_RELEVANCE,
     DEFAULT_MIN_RELEVANCE,
     RelevanceStage,
-    RetrievalPipeline,
-    RetrieveRequest,
-    RetrieverLibrary,
     check_min_relevance,
 )
-from ragspine.retrieval.pipeline.pipeline import DeadlineScope
+from ragspine.retrieval.pipeline.request import RetrieveRequest
+from ragspine.retrieval.pipeline.sources import IndexLibrary, RetrieverLibrary
 from ragspine.retrieval.raptor import RaptorRetriever, RaptorTreeCache, normalize_granularity
 from ragspine.retrieval.seams import LibraryRouter
 from ragspine.retrieval.vector.embedding_backends import DeterministicEmbeddingBackend
@@ -115,10 +116,7 @@ class Planner:
         self, library: PlannedLibrary, request: RetrieveRequest, granularity: str, filtered: bool
     ) -> RetrieverLibrary:
         index: Any = library.index(lexical=request.mode == "lexical")
-        # Typed filters only ever narrow: no unfiltered retry when they match nothing.
-        base = NarrativeIndexRetriever(
-            index, retry_without_filters=False, expansion=request.expansion, store=library.store
-        )
+        base = _LeafRetriever(index, library.store, request.expansion)
         raptor = RaptorRetriever(
             base,
             self._raptor_tree(library),
@@ -136,6 +134,22 @@ class Planner:
                 cache = RaptorTreeCache(library.store, embedder=_raptor_embedder(library))
                 self._raptor_trees[library.library_id] = cache
         return cache.tree()
+
+
+class _LeafRetriever:
+    """The leaves under a RAPTOR tree: the library's index through a one-library pipeline (no provenance
+    id, exit #2 and the final exit), with the request's child-hit expansion. Typed filters only ever
+    narrow: no unfiltered retry when they match nothing."""
+
+    def __init__(self, index: Any, store: Any, expansion: str) -> None:
+        self.pipeline = RetrievalPipeline([IndexLibrary("", index, expansion_store=store)])
+        self.expansion = expansion
+
+    def retrieve(
+        self, query: str, *, filters: Any = None, top_k: int = DEFAULT_TOP_K
+    ) -> list[dict[str, Any]]:
+        request = RetrieveRequest(query, filters=filters, top_k=top_k, expansion=self.expansion)
+        return self.pipeline.run(request).snippets
 
 
 def _raptor_embedder(library: PlannedLibrary) -> Any:
