@@ -9,7 +9,7 @@ keeps chunks that leave the field unset); ``None`` does not filter on that field
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, make_filter
@@ -31,7 +31,11 @@ class FilterFields:
     language: str | None = None
 
     def __post_init__(self) -> None:
-        for name, value in self._pairs():
+        # Built on every search: the common case (no filter, or strings) is checked without a loop.
+        values = (self.topic, self.entity, self.geography, self.period, self.language)
+        if values == _UNSET:
+            return
+        for name, value in zip(NAMES, values, strict=True):
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"filter {name} must be a string, got {type(value).__name__}")
 
@@ -45,17 +49,20 @@ class FilterFields:
             raise ValueError(f"unknown keyword filter(s) {unknown}; the filters are {', '.join(NAMES)}")
         return cls(**given)  # type: ignore[arg-type]  # the values are checked in __post_init__
 
-    def _pairs(self) -> Iterator[tuple[str, object]]:
-        return ((name, getattr(self, name)) for name in NAMES)
+    def _values(self) -> tuple[str | None, ...]:
+        return (self.topic, self.entity, self.geography, self.period, self.language)
 
     def items(self) -> list[tuple[str, str]]:
         """``(field, value)`` of each field that filters, in the order topic, entity, geography, period,
         language."""
-        return [(name, value) for name, value in self._pairs() if isinstance(value, str)]
+        values = self._values()
+        if values == _UNSET:
+            return []
+        return [(name, value) for name, value in zip(NAMES, values, strict=True) if value is not None]
 
     def __bool__(self) -> bool:
         """True when at least one field filters."""
-        return any(value is not None for _, value in self._pairs())
+        return self._values() != _UNSET
 
     def as_filter(self) -> MetadataFilter | None:
         """The same constraint as a ``MetadataFilter`` of ``eq`` conditions, or ``None`` when empty."""
@@ -63,5 +70,6 @@ class FilterFields:
 
 
 NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FilterFields))
+_UNSET = (None,) * len(NAMES)
 # Nothing filters: what a search without keyword filters uses.
 NO_FIELDS = FilterFields()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, MutableMapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from ragspine.common.sensitivity import (
@@ -42,11 +41,11 @@ from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.indexing.backlog import Backlog
 from ragspine.retrieval.indexing.codec import round_trip_dense
 from ragspine.retrieval.indexing.ledger import DENSE, SPARSE, VectorLedger, supports_vectors
+from ragspine.retrieval.indexing.library_api import LibraryRetrieval, RetrievalReport
 from ragspine.retrieval.indexing.store_sync import StoreSync
 from ragspine.retrieval.indexing.text_index import IndexTextFn, TextIndex, validate_top_k
 from ragspine.retrieval.indexing.vector_spaces import VectorSpaces
 from ragspine.retrieval.rerank.head import RerankStage
-from ragspine.retrieval.results import RetrievalResult
 from ragspine.retrieval.seams import (
     EmbeddingBackend,
     FilterExtractor,
@@ -62,20 +61,6 @@ ChunkFn = Callable[..., list[Chunk]]
 __all__ = ["LibraryIndex", "RetrievalReport"]
 
 
-@dataclass
-class RetrievalReport:
-    """Results of one ``retrieve`` plus the stages that failed and were skipped, and per-stage timings."""
-
-    results: list[RetrievalResult]
-    degraded: tuple[str, ...] = ()
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    skipped: tuple[str, ...] = ()  # channels / rerank whose model does not read the query's language
-    # Some candidates had no vector yet (the backlog is still being filled): ranked lexically only.
-    partial: bool = False
-    pending: int = 0
-
-
 class _NoSpaces:
     """The vector spaces of a library whose store keeps no vectors (or whose index keeps its own)."""
 
@@ -84,7 +69,7 @@ class _NoSpaces:
         self.embedded: dict[str, int] = {DENSE: 0, SPARSE: 0}
 
 
-class LibraryIndex:
+class LibraryIndex(LibraryRetrieval):
     """The index over one versioned chunk store (one library; SQLite or PostgreSQL). See the module doc.
 
     A model ``reranker`` takes precedence over a listwise ``judge``; with a judge, ``retrieve`` returns the
@@ -385,42 +370,6 @@ class LibraryIndex:
         return self.backlog.drain_step(max_items=max_items, max_tokens=max_tokens)
 
     # ------------------------------------------------------------------ reads
-    def retrieve(
-        self,
-        query: str,
-        *,
-        topic: str | None = None,
-        entity: str | None = None,
-        geography: str | None = None,
-        period: str | None = None,
-        language: str | None = None,
-        top_k: int | None = None,
-        rerank: bool = True,
-        top_n: int | None = None,
-        metadata_filter: MetadataFilter | None = None,
-    ) -> list[RetrievalResult]:
-        """Top ``top_k`` results, the first ``top_n`` reordered by the reranker/judge when one is set."""
-        fields = FilterFields(topic, entity, geography, period, language)
-        return self.retrieve_fields(query, fields, top_k, rerank, top_n, metadata_filter).results
-
-    def retrieve_report(
-        self,
-        query: str,
-        *,
-        topic: str | None = None,
-        entity: str | None = None,
-        geography: str | None = None,
-        period: str | None = None,
-        language: str | None = None,
-        top_k: int | None = None,
-        rerank: bool = True,
-        top_n: int | None = None,
-        metadata_filter: MetadataFilter | None = None,
-    ) -> RetrievalReport:
-        """Like ``retrieve`` but also names degraded stages and reports stage timings."""
-        fields = FilterFields(topic, entity, geography, period, language)
-        return self.retrieve_fields(query, fields, top_k, rerank, top_n, metadata_filter)
-
     def retrieve_fields(
         self,
         query: str,
@@ -489,15 +438,21 @@ class LibraryIndex:
         (or the judge), its degradation and timing added; unchanged when ``rerank`` is off or nothing is
         set to rerank."""
         n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
-        head = RerankStage(self.reranker, self.judge).run(query, report.results, top_n=n, enabled=rerank)
+        if not (rerank and report.results):
+            return report
+        if self.reranker is None and self.judge is None:  # nothing reorders the head: it took no time
+            report.timings_ms = {**report.timings_ms, "rerank": 0.0}
+            return report
+        head = RerankStage(self.reranker, self.judge).run(query, report.results, top_n=n)
         timings = dict(report.timings_ms)
         if head.elapsed_ms is not None:
             timings["rerank"] = head.elapsed_ms
-        return dataclasses.replace(
-            report,
+        return RetrievalReport(
             results=head.results,
-            degraded=(*report.degraded, *head.degraded),
-            errors={**report.errors, **head.errors},
+            degraded=(*report.degraded, *head.degraded) if head.degraded else report.degraded,
             timings_ms=timings,
-            skipped=(*report.skipped, *head.skipped),
+            errors={**report.errors, **head.errors} if head.errors else dict(report.errors),
+            skipped=(*report.skipped, *head.skipped) if head.skipped else report.skipped,
+            partial=report.partial,
+            pending=report.pending,
         )

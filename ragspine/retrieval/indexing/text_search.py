@@ -44,12 +44,14 @@ def usable_models(
     """Which model channels (``"dense"``, ``"sparse"`` -> their model or None) this search runs: those
     with a model that reads the query's language (the others are reported skipped), less ``without``."""
     use = dict.fromkeys(models, False)
-    if any(model is not None for model in models.values()):
-        language = query_language(query)
-        for kind, model in models.items():
-            use[kind] = model is not None and reads_language(model, language)
-            if model is not None and not use[kind]:
-                report.skipped.append(f"{LABELS[kind]} (model does not read {language})")
+    present = [kind for kind, model in models.items() if model is not None]
+    if not present:
+        return use
+    language = query_language(query)
+    for kind in present:
+        use[kind] = reads_language(models[kind], language)
+        if not use[kind]:
+            report.skipped.append(f"{LABELS[kind]} (model does not read {language})")
     return {kind: on and kind not in without for kind, on in use.items()}
 
 

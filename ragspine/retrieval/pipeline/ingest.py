@@ -21,9 +21,9 @@ a version without pages, never the old version beside the new one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ragspine.ingest.limits import IngestLimits
 from ragspine.retrieval.chunking.types import DocumentMeta
@@ -77,14 +77,36 @@ class WithdrawOutcome:
     pages_removed: int
 
 
+class DocumentWriter(Protocol):
+    """What ingestion needs of a library's index (``LibraryIndex`` / ``NarrativeIndex`` has it): its
+    ``store`` (page writes join its transaction when they share a database), ``ingest`` and ``withdraw``,
+    each taking an ``in_transaction(conn)`` hook run inside the store's write."""
+
+    @property
+    def store(self) -> Any: ...
+
+    def ingest(
+        self,
+        text: str,
+        meta: DocumentMeta,
+        valid_as_of: str = "",
+        *,
+        chunker: Any = None,
+        in_transaction: Callable[[Any], None] | None = None,
+        max_chunks: int | None = None,
+    ) -> int: ...
+
+    def withdraw(self, doc_id: str, *, in_transaction: Callable[[Any], None] | None = None) -> int: ...
+
+
 class IngestTarget(Protocol):
     """A library that can be written: the gRPC front's ``Library`` fits, and so does ``IndexTarget``."""
 
     @property
     def library_id(self) -> str: ...
 
-    def writer(self) -> Any:
-        """The ``NarrativeIndex`` writes go through."""
+    def writer(self) -> DocumentWriter:
+        """The index writes go through."""
         ...
 
     def pages(self, *, create: bool = False) -> LibraryPages | None:
@@ -100,8 +122,8 @@ class IndexTarget:
         self._index = index
         self._pages = pages
 
-    def writer(self) -> Any:
-        return self._index
+    def writer(self) -> DocumentWriter:
+        return cast("DocumentWriter", self._index)
 
     def pages(self, *, create: bool = False) -> LibraryPages | None:
         return self._pages

@@ -24,15 +24,32 @@ class NarrativeRetriever(Protocol):
     ) -> list[dict[str, Any]]: ...
 
 
+class ReportingIndex(Protocol):
+    """What the text stages need of a library's index: one call that extracts filters, searches and
+    reranks, returning a report with ``results`` (``RetrievalResult``), ``degraded``, ``errors``,
+    ``timings_ms``, ``partial`` and ``pending``. ``LibraryIndex`` (``NarrativeIndex``) also offers the
+    separate steps (``search_head``, ``rerank_head``, ``filter_extractor``), which the pipeline then runs
+    as its own stages."""
+
+    def retrieve_report(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        rerank: bool = True,
+        metadata_filter: Any = None,
+        **keyword: Any,
+    ) -> Any: ...
+
+
 class LibrarySource(Protocol):
     """One searchable library: an id, the index that answers text queries, and its pages (or None)."""
 
     @property
     def library_id(self) -> str: ...
 
-    def index(self, *, lexical: bool = False) -> Any:
-        """An index with ``retrieve_report(query, *, top_k, rerank, metadata_filter, top_n, **keyword)``;
-        with ``lexical`` the BM25-only one over the same store."""
+    def index(self, *, lexical: bool = False) -> ReportingIndex:
+        """The library's index; with ``lexical`` the BM25-only one over the same store."""
         ...
 
     def pages(self) -> LibraryPages | None:

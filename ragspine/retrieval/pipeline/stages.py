@@ -24,7 +24,7 @@ from ragspine.retrieval.channels.fusion import best_first, rrf_fuse
 from ragspine.retrieval.constants import DEFAULT_RRF_K, is_restricted
 from ragspine.retrieval.expansion import expand_child_hits
 from ragspine.retrieval.filtering.automatic import narrow
-from ragspine.retrieval.filtering.fields import FilterFields
+from ragspine.retrieval.filtering.fields import NO_FIELDS, FilterFields
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
 from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
 from ragspine.retrieval.pipeline.snippets import snippets_and_parents
@@ -161,6 +161,7 @@ class TextWork:
 
     source: LibrarySource
     index: Any = None
+    staged: bool = False  # the index runs extraction, search and rerank as separate steps (``_staged``)
     extracted: MetadataFilter | None = None
     extraction_error: str = ""
     report: Any = None
@@ -183,6 +184,7 @@ def text_work(state: PipelineState) -> list[TextWork]:
                 work = TextWork(source)
                 if not isinstance(source, RetrieverLibrary):
                     work.index = source.index(lexical=state.request.lexical)
+                    work.staged = _staged(work.index)
                 state.text.append(work)
     return state.text
 
@@ -202,8 +204,9 @@ class FilterExtractionStage:
 
     def run(self, state: PipelineState) -> None:
         for work in text_work(state):
-            extractor = getattr(work.index, "filter_extractor", None) if _staged(work.index) else None
-            work.extracted, work.extraction_error = narrow(extractor, state.query, None)
+            extractor = getattr(work.index, "filter_extractor", None) if work.staged else None
+            if extractor is not None:
+                work.extracted, work.extraction_error = narrow(extractor, state.query, None)
 
 
 class TextChannelStage:
@@ -221,7 +224,7 @@ class TextChannelStage:
                 work.snippets = work.source.retriever.retrieve(  # type: ignore[attr-defined]
                     state.query, filters=filters, top_k=state.request.top_k
                 )
-            elif _staged(work.index):
+            elif work.staged:
                 self._search(state, work)
             else:
                 self._whole(state, work)
@@ -229,10 +232,11 @@ class TextChannelStage:
     @staticmethod
     def _search(state: PipelineState, work: TextWork) -> None:
         request, index = state.request, work.index
-        fields = FilterFields(**state.keyword)
-        report = index.search_head(state.query, fields, request.top_k, all_of(state.mfilter, work.extracted))
+        fields = FilterFields(**state.keyword) if state.keyword else NO_FIELDS
+        flt = state.mfilter if work.extracted is None else all_of(state.mfilter, work.extracted)
+        report = index.search_head(state.query, fields, request.top_k, flt)
         if not report.results and request.retry_without_filters and (state.keyword or state.mfilter):
-            report = index.search_head(state.query, FilterFields(), request.top_k, work.extracted)
+            report = index.search_head(state.query, NO_FIELDS, request.top_k, work.extracted)
             state.retried_without_filters = True
         if work.extraction_error:
             report.degraded = (*report.degraded, "filter_extractor")

@@ -1,0 +1,83 @@
+"""The published read signatures of a library index: ``retrieve`` and ``retrieve_report`` take the five
+keyword filters as arguments (topic, entity, geography, period, language), build one ``FilterFields``, and
+answer through the index's ``retrieve_fields``; ``RetrievalReport`` is what they return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ragspine.retrieval.filtering.fields import NO_FIELDS, FilterFields
+from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
+from ragspine.retrieval.results import RetrievalResult
+
+__all__ = ["LibraryRetrieval", "RetrievalReport"]
+
+
+@dataclass
+class RetrievalReport:
+    """Results of one ``retrieve`` plus the stages that failed and were skipped, and per-stage timings."""
+
+    results: list[RetrievalResult]
+    degraded: tuple[str, ...] = ()
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()  # channels / rerank whose model does not read the query's language
+    # Some candidates had no vector yet (the backlog is still being filled): ranked lexically only.
+    partial: bool = False
+    pending: int = 0
+
+
+def _fields(*values: str | None) -> FilterFields:
+    return NO_FIELDS if values == (None,) * 5 else FilterFields(*values)
+
+
+class LibraryRetrieval:
+    """``retrieve`` and ``retrieve_report`` over ``retrieve_fields`` (see the module doc)."""
+
+    def retrieve(
+        self,
+        query: str,
+        *,
+        topic: str | None = None,
+        entity: str | None = None,
+        geography: str | None = None,
+        period: str | None = None,
+        language: str | None = None,
+        top_k: int | None = None,
+        rerank: bool = True,
+        top_n: int | None = None,
+        metadata_filter: MetadataFilter | None = None,
+    ) -> list[RetrievalResult]:
+        """Top ``top_k`` results, the first ``top_n`` reordered by the reranker/judge when one is set."""
+        fields = _fields(topic, entity, geography, period, language)
+        return self.retrieve_fields(query, fields, top_k, rerank, top_n, metadata_filter).results
+
+    def retrieve_report(
+        self,
+        query: str,
+        *,
+        topic: str | None = None,
+        entity: str | None = None,
+        geography: str | None = None,
+        period: str | None = None,
+        language: str | None = None,
+        top_k: int | None = None,
+        rerank: bool = True,
+        top_n: int | None = None,
+        metadata_filter: MetadataFilter | None = None,
+    ) -> RetrievalReport:
+        """Like ``retrieve`` but also names degraded stages and reports stage timings."""
+        fields = _fields(topic, entity, geography, period, language)
+        return self.retrieve_fields(query, fields, top_k, rerank, top_n, metadata_filter)
+
+    def retrieve_fields(
+        self,
+        query: str,
+        fields: FilterFields,
+        top_k: int | None = None,
+        rerank: bool = True,
+        top_n: int | None = None,
+        metadata_filter: MetadataFilter | None = None,
+    ) -> RetrievalReport:
+        """``retrieve_report`` with the keyword filters as one ``FilterFields``."""
+        raise NotImplementedError
