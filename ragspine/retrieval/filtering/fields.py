@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter, make_filter
 
-__all__ = ["NAMES", "NO_FIELDS", "FilterFields"]
+__all__ = ["NAMES", "NO_FIELDS", "FilterFields", "fields_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +73,13 @@ NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FilterFields))
 _UNSET = (None,) * len(NAMES)
 # Nothing filters: what a search without keyword filters uses.
 NO_FIELDS = FilterFields()
+
+
+def fields_of(
+    topic: str | None, entity: str | None, geography: str | None, period: str | None, language: str | None
+) -> FilterFields:
+    """The five keyword filters of a published search signature as one value (``NO_FIELDS`` when none is
+    set). ``ValueError`` as ``FilterFields``."""
+    if topic is None and entity is None and geography is None and period is None and language is None:
+        return NO_FIELDS
+    return FilterFields(topic, entity, geography, period, language)

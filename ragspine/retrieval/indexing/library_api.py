@@ -4,9 +4,10 @@ answer through the index's ``retrieve_fields``; ``RetrievalReport`` is what they
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ragspine.retrieval.filtering.fields import NO_FIELDS, FilterFields
+from ragspine.retrieval.filtering.fields import fields_of
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.results import RetrievalResult
 
@@ -27,12 +28,11 @@ class RetrievalReport:
     pending: int = 0
 
 
-def _fields(*values: str | None) -> FilterFields:
-    return NO_FIELDS if values == (None,) * 5 else FilterFields(*values)
-
-
 class LibraryRetrieval:
-    """``retrieve`` and ``retrieve_report`` over ``retrieve_fields`` (see the module doc)."""
+    """``retrieve`` and ``retrieve_report`` over the index's ``retrieve_fields(query, fields, top_k, rerank,
+    top_n, metadata_filter) -> RetrievalReport`` (see the module doc)."""
+
+    retrieve_fields: Callable[..., RetrievalReport]
 
     def retrieve(
         self,
@@ -49,7 +49,7 @@ class LibraryRetrieval:
         metadata_filter: MetadataFilter | None = None,
     ) -> list[RetrievalResult]:
         """Top ``top_k`` results, the first ``top_n`` reordered by the reranker/judge when one is set."""
-        fields = _fields(topic, entity, geography, period, language)
+        fields = fields_of(topic, entity, geography, period, language)
         return self.retrieve_fields(query, fields, top_k, rerank, top_n, metadata_filter).results
 
     def retrieve_report(
@@ -67,17 +67,5 @@ class LibraryRetrieval:
         metadata_filter: MetadataFilter | None = None,
     ) -> RetrievalReport:
         """Like ``retrieve`` but also names degraded stages and reports stage timings."""
-        fields = _fields(topic, entity, geography, period, language)
+        fields = fields_of(topic, entity, geography, period, language)
         return self.retrieve_fields(query, fields, top_k, rerank, top_n, metadata_filter)
-
-    def retrieve_fields(
-        self,
-        query: str,
-        fields: FilterFields,
-        top_k: int | None = None,
-        rerank: bool = True,
-        top_n: int | None = None,
-        metadata_filter: MetadataFilter | None = None,
-    ) -> RetrievalReport:
-        """``retrieve_report`` with the keyword filters as one ``FilterFields``."""
-        raise NotImplementedError

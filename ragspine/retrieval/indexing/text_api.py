@@ -9,12 +9,12 @@ a rewriter adds, and the chunks an index may hold.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.constants import is_restricted
-from ragspine.retrieval.filtering.fields import FilterFields
+from ragspine.retrieval.filtering.fields import fields_of
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.results import RetrievalResult
 from ragspine.retrieval.seams import QueryRewriter
@@ -96,7 +96,11 @@ def indexable(chunks: Iterable[Chunk]) -> list[Chunk]:
 
 
 class TextSearch:
-    """The published search signatures over an index's ``search_fields``."""
+    """The published search signatures over an index's ``search_fields(query, fields, *, top_k,
+    metadata_filter, without) -> SearchReport`` (``search_report`` with the keyword filters as one
+    ``FilterFields``)."""
+
+    search_fields: Callable[..., SearchReport]
 
     def search(
         self,
@@ -116,7 +120,7 @@ class TextSearch:
         Raises ``ValueError`` for a blank query, a non-positive top_k or a keyword filter that is not a
         string.
         """
-        fields = FilterFields(topic, entity, geography, period, language)
+        fields = fields_of(topic, entity, geography, period, language)
         return self.search_fields(query, fields, top_k=top_k, metadata_filter=metadata_filter).results
 
     def search_report(
@@ -134,19 +138,7 @@ class TextSearch:
     ) -> SearchReport:
         """Like ``search`` but also reports degraded stages (an embedding failure) and stage timings.
         ``without`` names model channels (``"dense"``, ``"sparse"``) to leave out of this search."""
-        fields = FilterFields(topic, entity, geography, period, language)
+        fields = fields_of(topic, entity, geography, period, language)
         return self.search_fields(
             query, fields, top_k=top_k, metadata_filter=metadata_filter, without=without
         )
-
-    def search_fields(
-        self,
-        query: str,
-        fields: FilterFields,
-        *,
-        top_k: int | None = None,
-        metadata_filter: MetadataFilter | None = None,
-        without: Collection[str] = (),
-    ) -> SearchReport:
-        """``search_report`` with the keyword filters as one ``FilterFields``."""
-        raise NotImplementedError
