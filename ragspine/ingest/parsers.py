@@ -18,6 +18,9 @@ _BY_MIME = {
     "application/pdf": "pdf",
 }
 KINDS = ("text", "markdown", "pdf")
+# Types that say only "some bytes" (curl -F, many browsers and HTTP libraries for an unknown extension):
+# the file name, then the PDF signature, tell what the data is.
+GENERIC_MIME_TYPES = frozenset({"application/octet-stream", "binary/octet-stream", "application/unknown"})
 
 
 @dataclass(frozen=True)
@@ -30,22 +33,27 @@ class ParsedDocument:
     pages: int = 0
 
 
-def detect_kind(*, filename: str = "", mime_type: str = "") -> str:
-    """``"text"``, ``"markdown"`` or ``"pdf"``; the MIME type wins over the file name.
+def detect_kind(*, filename: str = "", mime_type: str = "", head: bytes = b"") -> str:
+    """``"text"``, ``"markdown"`` or ``"pdf"``. A specific MIME type wins over the file name; a generic one
+    (``application/octet-stream``, see ``GENERIC_MIME_TYPES``) or none defers to the file name's suffix,
+    and then to ``head`` (the data's first bytes) carrying the PDF signature.
 
-    Raises ``ValueError`` listing the supported types when neither says what the data is.
+    Raises ``ValueError`` listing the supported types when nothing says what the data is.
     """
     mime = mime_type.split(";", 1)[0].strip().lower()
-    if mime:
+    if mime and mime not in GENERIC_MIME_TYPES:
         if mime not in _BY_MIME:
             raise ValueError(f"unsupported MIME type {mime_type!r}; supported: {', '.join(sorted(_BY_MIME))}")
         return _BY_MIME[mime]
     suffix = Path(filename).suffix.lower()
     if suffix in _BY_SUFFIX:
         return _BY_SUFFIX[suffix]
+    if head.startswith(b"%PDF-"):
+        return "pdf"
+    declared = f" (declared {mime_type!r}, which names no type)" if mime else ""
     raise ValueError(
-        f"cannot tell the type of {filename or 'the file'!r}: give a mime_type or a file name ending in "
-        f"{', '.join(sorted(_BY_SUFFIX))}"
+        f"cannot tell the type of {filename or 'the file'!r}{declared}: give a mime_type of "
+        f"{', '.join(sorted(_BY_MIME))} or a file name ending in {', '.join(sorted(_BY_SUFFIX))}"
     )
 
 
@@ -59,7 +67,7 @@ def parse_bytes(
     and its setting), and with ``limits.memory_bytes`` a PDF is parsed in a child process with that
     address-space cap (``ragspine.ingest.sandbox``).
     """
-    kind = detect_kind(filename=filename, mime_type=mime_type)
+    kind = detect_kind(filename=filename, mime_type=mime_type, head=data[:8])
     source = filename or "document"
     pages = 0
     if kind == "pdf":

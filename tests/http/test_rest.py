@@ -219,3 +219,40 @@ def test_number_list_filters_over_rest(front: InProcess) -> None:
         front.base, "POST", "/v1/retrieve", {"query": "report", "libraries": ["lib-a"], "filters": [bad]}
     )
     assert status == 400 and "year" in answer["message"] and "finite" in answer["message"], answer
+
+
+def _upload(front: InProcess, filename: str, content_type: str, data: bytes) -> tuple[int, dict]:
+    """A multipart upload as ``curl -F file=@NAME`` sends it (curl declares application/octet-stream for
+    a suffix it does not know)."""
+    boundary = uuid.uuid4().hex
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+        f"Content-Type: {content_type}\r\n\r\n"
+    ).encode()
+    return call(
+        front.base,
+        "POST",
+        "/v1/libraries/lib-a/upload",
+        raw=head + data + f"\r\n--{boundary}--\r\n".encode(),
+        content_type=f"multipart/form-data; boundary={boundary}",
+    )
+
+
+def test_an_upload_with_a_generic_type_is_read_by_its_file_name(front: InProcess) -> None:
+    status, body = _upload(
+        front, "field-notes.md", "application/octet-stream", b"# Field notes\n\nOtter survey on the river."
+    )
+    assert status == 200, body
+    assert body["results"][0]["doc_id"] == "field-notes"
+    request = {"query": "otter survey", "libraries": ["lib-a"]}
+    status, found = call(front.base, "POST", "/v1/retrieve", request)
+    assert status == 200 and found["snippets"][0]["doc_id"] == "field-notes", found
+
+
+def test_a_generic_type_with_no_known_name_is_a_400_that_says_what_to_send(front: InProcess) -> None:
+    status, body = _upload(front, "notes.bin", "application/octet-stream", b"plain words")
+    assert (status, body["code"]) == (400, "INVALID_ARGUMENT"), body
+    assert "application/octet-stream" in body["message"] and ".md" in body["message"]
+    # A specific type still wins over the file name (reverse check: the name alone is not trusted then).
+    status, body = _upload(front, "notes.md", "image/png", b"plain words")
+    assert (status, body["code"]) == (400, "INVALID_ARGUMENT") and "unsupported MIME" in body["message"]

@@ -85,6 +85,19 @@ def test_unknown_type_lists_the_supported_ones() -> None:
         detect_kind(mime_type="image/png")
 
 
+def test_a_generic_mime_type_defers_to_the_file_name_then_the_pdf_signature() -> None:
+    assert detect_kind(filename="notes.md", mime_type="application/octet-stream") == "markdown"
+    assert detect_kind(filename="a.txt", mime_type="application/octet-stream; charset=binary") == "text"
+    assert detect_kind(filename="scan", mime_type="application/octet-stream", head=b"%PDF-1.7") == "pdf"
+    assert detect_kind(filename="", head=b"%PDF-1.4") == "pdf"
+    # A specific type still decides, whatever the name says.
+    assert detect_kind(filename="notes.md", mime_type="text/plain") == "text"
+    with pytest.raises(ValueError, match="names no type"):
+        detect_kind(filename="notes.bin", mime_type="application/octet-stream", head=b"hello")
+    parsed = parse_bytes(b"# Title\n\nBody.", filename="x.md", mime_type="application/octet-stream")
+    assert (parsed.kind, parsed.title) == ("markdown", "Title")
+
+
 def test_beir_jsonl_reads_records_and_names_bad_lines(tmp_path: Path) -> None:
     good = tmp_path / "corpus.jsonl"
     good.write_text(
