@@ -31,15 +31,9 @@ class ReportingIndex(Protocol):
     separate steps (``search_head``, ``rerank_head``, ``filter_extractor``), which the pipeline then runs
     as its own stages."""
 
-    def retrieve_report(
-        self,
-        query: str,
-        *,
-        top_k: int | None = None,
-        rerank: bool = True,
-        metadata_filter: Any = None,
-        **keyword: Any,
-    ) -> Any: ...
+    def retrieve_report(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        """``retrieve_report(query, *, top_k, rerank, top_n, metadata_filter, **keyword filters)``."""
+        ...
 
 
 class LibrarySource(Protocol):
