@@ -88,7 +88,7 @@ def raptor(docs: list[tuple[str, DocumentMeta]], n_chunks: int) -> None:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss_after = rss_bytes()
-    levels = [sum(1 for n in tree.nodes if n.level == level) for level in range(tree.max_level() + 1)]
+    levels = [sum(1 for n in tree.nodes if n.level == level) for level in range(tree.max_level + 1)]
     print(
         f"\nRAPTOR build over {len(chunks)} chunks (deterministic 256-d embeddings, extractive summaries, "
         f"threshold {DEFAULT_SIMILARITY_THRESHOLD})"

@@ -135,13 +135,19 @@ class RaptorTree:
 
     nodes: tuple[RaptorNode, ...] = ()
 
+    @property
     def leaves(self) -> list[RaptorNode]:
+        """The level-0 nodes (the library's chunks)."""
         return [n for n in self.nodes if n.level == 0]
 
+    @property
     def summaries(self) -> list[RaptorNode]:
+        """The summary nodes of every level above the leaves (never citable)."""
         return [n for n in self.nodes if n.level > 0]
 
+    @property
     def max_level(self) -> int:
+        """The highest level of the tree (0 for leaves only or an empty tree)."""
         return max((n.level for n in self.nodes), default=0)
 
     def retrieve(
@@ -156,7 +162,7 @@ class RaptorTree:
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
             raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
         name = normalize_granularity(granularity)
-        pool = {"all": list(self.nodes), "leaves": self.leaves(), "summaries": self.summaries()}[name]
+        pool = {"all": list(self.nodes), "leaves": self.leaves, "summaries": self.summaries}[name]
         pool = [n for n in pool if n.embedding and not is_restricted(n.sensitivity)]
         if not pool:
             return ()

@@ -6,6 +6,7 @@ backend (a real hashed bag-of-tokens model, no mocks). The isolation checker has
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -90,10 +91,10 @@ def test_tree_summaries_carry_the_union_of_member_provenance() -> None:
     chunks = _chunks()
     tree = build_raptor_tree(chunks, embedder=EMBED, threshold=0.2)
     assert_tree_restricted_free(tree, chunks)
-    assert {n.node_id for n in tree.leaves()} == {c.chunk_id for c in chunks if c.doc_id != "secret"}
-    summaries = tree.summaries()
-    assert summaries and tree.max_level() >= 1
-    leaves = {n.node_id: n for n in tree.leaves()}
+    assert {n.node_id for n in tree.leaves} == {c.chunk_id for c in chunks if c.doc_id != "secret"}
+    summaries = tree.summaries
+    assert summaries and tree.max_level >= 1
+    leaves = {n.node_id: n for n in tree.leaves}
     by_id = {n.node_id: n for n in tree.nodes}
     for s in summaries:
         assert s.is_synthesis and s.doc_id == "" and s.source_locator == ""
@@ -119,10 +120,10 @@ def test_reverse_proof_a_tree_built_over_restricted_is_caught(monkeypatch: pytes
 def test_levels_stop_at_max_levels_and_bad_arguments() -> None:
     chunks = _chunks()
     flat = build_raptor_tree(chunks, embedder=EMBED, max_levels=0)
-    assert flat.summaries() == [] and len(flat.leaves()) == 4
+    assert flat.summaries == [] and len(flat.leaves) == 4
     one = build_raptor_tree(chunks, embedder=EMBED, threshold=-1.0, max_levels=5)
-    assert one.max_level() == 1 and len(one.summaries()) == 1  # everything in one cluster: the root
-    assert build_raptor_tree(chunks, embedder=None, threshold=-1.0).max_level() == 1
+    assert one.max_level == 1 and len(one.summaries) == 1  # everything in one cluster: the root
+    assert build_raptor_tree(chunks, embedder=None, threshold=-1.0).max_level == 1
     with pytest.raises(ValueError, match="min_cluster_size"):
         build_raptor_tree(chunks, embedder=EMBED, min_cluster_size=1)
     with pytest.raises(ValueError, match="max_levels"):
@@ -231,7 +232,7 @@ def test_make_raptor_retriever(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         base, "summaries", embedder=EMBED, chunks=base.index.store.iter_chunks(), threshold=0.2
     )
     assert isinstance(built, RaptorRetriever) and built.granularity == "summaries"
-    assert built.tree.summaries()
+    assert built.tree.summaries
     on = Settings.from_env({RAPTOR_ENV: "on"})
     chosen = make_raptor_retriever(base, embedder=EMBED, tree=built.tree, settings=on)
     assert isinstance(chosen, RaptorRetriever)
@@ -241,3 +242,11 @@ def test_make_raptor_retriever(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         make_raptor_retriever(base, "sideways", embedder=EMBED, tree=built.tree)
     with pytest.raises(ValueError, match="only apply"):
         make_raptor_retriever(base, "on", embedder=EMBED, tree=built.tree, threshold=0.3)
+
+
+def test_tree_levels_are_properties_as_published() -> None:
+    # The published RaptorTree exposes leaves / summaries / max_level as properties (API-stack.md).
+    for name in ("leaves", "summaries", "max_level"):
+        assert isinstance(inspect.getattr_static(RaptorTree, name), property), name
+    tree = RaptorTree()
+    assert (tree.leaves, tree.summaries, tree.max_level) == ([], [], 0)
