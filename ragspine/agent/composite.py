@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ragspine.agent.query_tools import STATUS_FOUND, execute_fact_query, execute_query_metric
 from ragspine.common.company_profile import DomainProfile
 from ragspine.common.sensitivity import RESTRICTED
+from ragspine.retrieval.seams import NarrativeRetriever
 from ragspine.storage.fact_store import FactStore
-
-
-class NarrativeRetriever(Protocol):
-    def retrieve(self, query: str, *, filters: Any = None, top_k: int = 50) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from datetime import date
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ragspine.agent.security_gate import SecurityGate
 from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S, LLMCaller, LLMUnavailable
@@ -37,6 +37,7 @@ DEFAULT_MAX_SUBQUESTIONS = 4
 DECOMPOSE_CHOICES = ("none", "heuristic", "llm")
 
 
+@runtime_checkable
 class QueryDecomposer(Protocol):
     def decompose(self, question: str, *, reference_date: date | None = None) -> list[str]: ...
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from datetime import date
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ragspine.agent.decompose import HeuristicQueryDecomposer, LLMQueryDecomposer, QueryDecomposer
 from ragspine.agent.security_gate import SecurityGate
@@ -32,6 +32,7 @@ from ragspine.retrieval.llm.prompts import (
     reply_lines,
 )
 from ragspine.retrieval.llm.providers import LLMProvider
+from ragspine.retrieval.seams import NarrativeRetriever
 from ragspine.retrieval.stage_report import (
     Stage,
     StagedResult,
@@ -72,12 +73,6 @@ COMPLEXITY_MULTI = "multi"
 COMPLEXITIES = (COMPLEXITY_SIMPLE, COMPLEXITY_SINGLE, COMPLEXITY_MULTI)
 QUERY_TRANSFORM_CHOICES = ("none", "hyde", "rag_fusion", "step_back")
 ADAPTIVE_CHOICES = ("none", "heuristic", "llm")
-
-
-class NarrativeRetriever(Protocol):
-    def retrieve(
-        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
-    ) -> list[dict[str, object]]: ...
 
 
 class _Transform(Stage, LLMCaller):
@@ -170,6 +165,7 @@ class StepBackRetriever(_Transform):
         return reply_lines(self.ask(build_prompt(TASK_STEP_BACK, query)), limit=1)
 
 
+@runtime_checkable
 class ComplexityClassifier(Protocol):
     def classify(self, question: str, *, reference_date: date | None = None) -> str: ...
 

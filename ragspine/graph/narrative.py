@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.settings import OFF, selected
@@ -70,10 +70,12 @@ class CommunitySummary:
     source_doc_ids: tuple[str, ...] = field(default_factory=tuple)
 
 
+@runtime_checkable
 class GraphExtractor(Protocol):
     def extract(self, text: str, *, source_doc_id: str, source_locator: str) -> ExtractedGraph: ...
 
 
+@runtime_checkable
 class CommunitySummarizer(Protocol):
     def summarize(self, community: Community, graph: ExtractedGraph) -> CommunitySummary: ...
 

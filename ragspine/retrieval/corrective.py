@@ -16,10 +16,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
 from ragspine.retrieval.pipeline.relevance import STOPWORDS, query_coverage
+from ragspine.retrieval.seams import NarrativeRetriever
 from ragspine.retrieval.stage_report import Stage, StagedResult, StageReport, run_base
 from ragspine.retrieval.text.tokenizer import tokenize
 from ragspine.settings import OFF, Settings, choice
@@ -40,12 +41,7 @@ _GRADED_HEAD = 3
 _STOPWORDS = (STOPWORDS - {"can", "i", "their", "you", "your"}) | {"were"}
 
 
-class NarrativeRetriever(Protocol):
-    def retrieve(
-        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
-    ) -> list[dict[str, object]]: ...
-
-
+@runtime_checkable
 class RelevanceGrader(Protocol):
     def grade(self, query: str, snippets: list[dict[str, object]]) -> float: ...
 

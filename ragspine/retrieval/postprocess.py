@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ragspine.common.registry import Registry
 from ragspine.retrieval.text.tokenizer import tokenize
@@ -29,6 +29,7 @@ DEFAULT_COMPRESSION_THRESHOLD = 0.3
 Snippet = dict[str, Any]
 
 
+@runtime_checkable
 class NodePostprocessor(Protocol):
     def postprocess(self, query: str, results: list[Snippet]) -> list[Snippet]: ...
 

@@ -24,7 +24,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.seams import EmbeddingBackend as _Embedder
+from ragspine.retrieval.seams import NarrativeRetriever
 from ragspine.settings import OFF, choice, is_off
 
 __all__ = [
@@ -73,18 +74,11 @@ _SENTENCE = re.compile(r".+?(?:[。！？；.!?;]+[\"'”’」』）)\]]*|$)", 
 _SENSITIVITY_ORDER = ("PUBLIC", "INTERNAL", "CONFIDENTIAL")
 
 
+@runtime_checkable
 class RaptorSummarizer(Protocol):
     """Summarises the texts of one cluster into one text."""
 
     def summarize(self, texts: Sequence[str]) -> str: ...
-
-
-class NarrativeRetriever(Protocol):
-    """Anything with the caller-facing ``retrieve`` returning snippet dicts."""
-
-    def retrieve(
-        self, query: str, *, filters: dict[str, str] | None = None, top_k: int = 50
-    ) -> list[dict[str, object]]: ...
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+from ragspine.retrieval.constants import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS, DEFAULT_TOP_K
 
 __all__ = [
     "Chunker",
@@ -26,11 +26,23 @@ __all__ = [
     "LLMProvider",
     "LibraryRouter",
     "ListwiseJudge",
+    "NarrativeRetriever",
     "QueryRewriter",
     "Reranker",
     "RoutableLibrary",
     "SparseEncoder",
 ]
+
+
+@runtime_checkable
+class NarrativeRetriever(Protocol):
+    """The caller-facing retrieval contract: RESTRICTED-free snippet dicts, best first (the pipeline's
+    link, RAPTOR, corrective retrieval and every query-time stage take and offer it). ``filters``: a mapping
+    of metadata field to value, or a ``MetadataFilter`` where the implementation takes one."""
+
+    def retrieve(
+        self, query: str, *, filters: Any = None, top_k: int = DEFAULT_TOP_K
+    ) -> list[dict[str, Any]]: ...
 
 
 @runtime_checkable

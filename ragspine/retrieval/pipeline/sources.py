@@ -8,20 +8,11 @@ pipeline's final exit still applies.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from ragspine.retrieval.constants import DEFAULT_TOP_K
+from ragspine.retrieval.seams import NarrativeRetriever
 from ragspine.retrieval.visual.library_pages import LibraryPages
-
-
-@runtime_checkable
-class NarrativeRetriever(Protocol):
-    """The caller-facing retrieval contract (snippet dicts, RESTRICTED-free)."""
-
-    def retrieve(
-        self, query: str, *, filters: Mapping[str, Any] | None = None, top_k: int = DEFAULT_TOP_K
-    ) -> list[dict[str, Any]]: ...
 
 
 class ReportingIndex(Protocol):
