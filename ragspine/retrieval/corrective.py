@@ -88,7 +88,8 @@ class CorrectiveRetriever(Stage):
     ``query_rewriter`` (default :func:`glossary_rewrite`) proposes the rewritten query; ``security_gate``
     (``detect(text)``) refuses a rewrite naming an external entity. ``emit`` writes one log record and one
     tracing span per graded retrieval (grades and actions only, never text). Raises ``ValueError`` for
-    ``min_grade`` outside [0, 1] or ``max_retries`` outside 0–2.
+    ``min_grade`` outside [0, 1] or a negative ``max_retries``; one above 2 is used as 2 (with a warning).
+    ``last_actions`` holds the grade → act steps of the latest retrieval.
     """
 
     stage = "corrective"
@@ -106,14 +107,16 @@ class CorrectiveRetriever(Stage):
     ) -> None:
         if isinstance(min_grade, bool) or not isinstance(min_grade, int | float) or not 0 <= min_grade <= 1:
             raise ValueError(f"min_grade must be a number from 0 to 1, got {min_grade!r}")
-        if (
-            isinstance(max_retries, bool)
-            or not isinstance(max_retries, int)
-            or not 0 <= max_retries <= MAX_CORRECTIVE_RETRIES
-        ):
-            raise ValueError(
-                f"max_retries must be an integer from 0 to {MAX_CORRECTIVE_RETRIES}, got {max_retries!r}"
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        if max_retries > MAX_CORRECTIVE_RETRIES:
+            log.warning(
+                "max_retries %d is above the bound of %d; using %d",
+                max_retries,
+                MAX_CORRECTIVE_RETRIES,
+                MAX_CORRECTIVE_RETRIES,
             )
+            max_retries = MAX_CORRECTIVE_RETRIES
         self.base = base
         self.grader: RelevanceGrader = grader if grader is not None else LexicalOverlapGrader()
         self.min_grade = float(min_grade)
@@ -121,6 +124,8 @@ class CorrectiveRetriever(Stage):
         self.query_rewriter = query_rewriter if query_rewriter is not None else glossary_rewrite
         self.emit = emit
         self.security_gate = security_gate
+        # The grade -> act steps of the latest retrieval (what the published package calls last_actions).
+        self.last_actions: list[GradeAction] = []
 
     def _grade(self, query: str, snippets: list[dict[str, Any]]) -> float:
         grade = float(self.grader.grade(query, snippets))
@@ -167,6 +172,7 @@ class CorrectiveRetriever(Stage):
         else:
             self._record(report, ACTION_ACCEPT, grade, len(snippets))
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
+        self.last_actions = list(report.actions)
         return StagedResult(snippets, [*reports, report])
 
     def _rewrite(self, query: str, tried: set[str], report: StageReport) -> str | None:

@@ -112,11 +112,30 @@ def test_default_rewrite_is_deterministic() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"), [({"min_grade": 1.5}, "min_grade"), ({"max_retries": 3}, "max_retries")]
+    ("kwargs", "message"),
+    [
+        ({"min_grade": 1.5}, "min_grade"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"max_retries": "2"}, "max_retries"),
+    ],
 )
 def test_bad_arguments(base: Recording, kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CorrectiveRetriever(base, **kwargs)
+
+
+def test_max_retries_above_the_bound_is_clamped_and_last_actions_are_kept(
+    base: Recording, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="ragspine.retrieval.corrective"):
+        crag = CorrectiveRetriever(base, max_retries=5, min_grade=0.99)
+    assert crag.max_retries == 2 and "above the bound" in caplog.text
+    assert crag.last_actions == []
+    report = crag.retrieve_staged("zeppelin", top_k=3).reports[-1]
+    assert crag.last_actions == report.actions and crag.last_actions
+    # Never more than two acting steps, whatever was asked for (then accept or refuse).
+    acting = [a for a in crag.last_actions if a.action not in ("accept", "refuse")]
+    assert len(acting) <= 2
 
 
 def test_factory(base: Recording) -> None:

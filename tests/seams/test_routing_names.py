@@ -33,6 +33,7 @@ def test_fused_snippets_carry_their_library_under_the_published_key(tmp_path: Pa
 
 def test_router_env_names_the_variable_the_factory_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     assert LIBRARY_ROUTER_ENV == "RAGSPINE_LIBRARY_ROUTER"
+
     def routed(value: str) -> object:
         return make_library_router(settings=Settings.from_env({LIBRARY_ROUTER_ENV: value}))
 
@@ -42,3 +43,16 @@ def test_router_env_names_the_variable_the_factory_reads(monkeypatch: pytest.Mon
         routed("bogus")
     monkeypatch.setenv(LIBRARY_ROUTER_ENV, "keyword")
     assert make_library_router() is None  # no settings: the default, whatever the environment says
+
+
+def test_make_library_router_llm_needs_and_uses_a_provider() -> None:
+    from ragspine.retrieval.llm.providers import DeterministicProvider
+    from ragspine.retrieval.routing.llm_router import LLMLibraryRouter
+    from ragspine.retrieval.routing.router import make_library_router
+
+    router = make_library_router("llm", provider=DeterministicProvider(), budget_s=2.0)
+    assert isinstance(router, LLMLibraryRouter) and router.provider is not None
+    with pytest.raises(ValueError, match="provider="):
+        make_library_router("llm")
+    with pytest.raises(ValueError, match="llm"):
+        make_library_router("telepathy")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ragspine.retrieval.llm.calls import LLMCaller, LLMUnavailable
 from ragspine.retrieval.llm.prompts import chat_messages
-from ragspine.retrieval.routing.router import RoutableLibrary
+from ragspine.retrieval.seams import RoutableLibrary
 
 ROUTE_SYSTEM_PROMPT = "You route questions to document libraries. Answer only with library ids, one a line."
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")

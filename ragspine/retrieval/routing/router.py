@@ -44,7 +44,9 @@ ROUTER_CHOICES = ("none", "keyword")
 def make_library_router(
     spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any
 ) -> LibraryRouter | None:
-    """"none" (or blank, "off") → None (search every library); "keyword" → ``KeywordLibraryRouter(**kwargs)``.
+    """The library router ``spec`` names: "none" (or blank, "off") → None (search every library);
+    "keyword" → ``KeywordLibraryRouter(**kwargs)``; "llm" → ``LLMLibraryRouter(provider, budget_s=...)``
+    (``provider=`` required: ``ValueError`` naming it without one).
 
     ``spec=None`` resolves through ``settings.library_router`` (``RAGSPINE_LIBRARY_ROUTER``), or without
     ``settings`` to the default, none. Unknown names raise
@@ -57,4 +59,11 @@ def make_library_router(
         return None
     if name == "keyword":
         return KeywordLibraryRouter(**kwargs)
-    raise ValueError(f"unknown library router {spec!r}; choose one of {', '.join(ROUTER_CHOICES)}")
+    if name == "llm":
+        from ragspine.retrieval.routing.llm_router import LLMLibraryRouter
+
+        provider = kwargs.pop("provider", None)
+        if provider is None:
+            raise ValueError('the "llm" library router needs provider= (an LLMProvider, make_llm_provider)')
+        return LLMLibraryRouter(provider, **kwargs)
+    raise ValueError(f"unknown library router {spec!r}; choose one of {', '.join((*ROUTER_CHOICES, 'llm'))}")
