@@ -110,7 +110,12 @@ class GraphQuery:
         return code
 
     def _channel(self, raw: str) -> str:
-        code = self.vocab.normalize_channel(raw) if raw else self.vocab.default_channel()
+        default = self.vocab.default_channel()
+        code = self.vocab.normalize_channel(raw) if raw else default
+        if code is None and raw.strip().upper() in {default.upper(), "TOTAL"}:
+            # The signature's own default ("TOTAL"), or the profile's, needs no channel dimension: a
+            # profile without one has every fact on its default channel.
+            code = default
         if code is None:
             raise ValueError(f"unknown channel {raw!r}")
         return code

@@ -283,3 +283,15 @@ def test_communities_are_deterministic() -> None:
     graph = ExtractedGraph((), rels)
     assert detect_communities(graph) == detect_communities(ExtractedGraph((), tuple(reversed(rels))))
     assert [c.member_names for c in detect_communities(graph)] == [("c", "d", "e"), ("a", "b")]
+
+
+def test_a_profile_without_a_channel_dimension_takes_the_default_channel(facts: SqliteFactStore) -> None:
+    profile = replace(PROFILE, dimensions=tuple(d for d in PROFILE.dimensions if d.name != "channel"))
+    assert profile.dimension("channel") is None
+    graph = build_relation_graph(profile, facts=facts.iter_current())
+    q = GraphQuery(graph, facts, profile=profile)
+    result = q.subsidiary_rollup("集团", "营收", "Q", "2025Q3")  # channel="TOTAL", the signature default
+    assert result.found and result.total == 35.0
+    assert q.subsidiary_rollup("集团", "营收", "Q", "2025Q3", channel="total").total == 35.0
+    with pytest.raises(ValueError, match="unknown channel"):
+        q.subsidiary_rollup("集团", "营收", "Q", "2025Q3", channel="online")
