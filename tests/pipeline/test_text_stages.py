@@ -76,7 +76,7 @@ def _library_answer(index: NarrativeIndex, query: str, request: RetrieveRequest)
     return _key([to_snippet(r) for r in report.results if r.chunk.sensitivity != "RESTRICTED"])
 
 
-REQUESTS = [
+REQUESTS: list[dict[str, Any]] = [
     {},
     {"rerank": False},
     {"rerank_top_n": 2},
@@ -115,7 +115,7 @@ def test_a_failing_extractor_is_reported_by_the_pipeline(tmp_path: Path) -> None
             raise TimeoutError("the model did not answer")
 
     store = ChunkStore(tmp_path / "b.db")
-    index = NarrativeIndex(store, filter_extractor=Broken())  # type: ignore[arg-type]
+    index = NarrativeIndex(store, filter_extractor=Broken())
     index.ingest_many(make_documents(10, seed=1))
     report = RetrievalPipeline([IndexLibrary("", index)]).run(RetrieveRequest(query="revenue decline"))
     assert "filter_extractor" in report.degraded and "TimeoutError" in report.errors["filter_extractor"]

@@ -11,7 +11,7 @@ from ragspine.retrieval.filtering.fields import fields_of
 from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.results import RetrievalResult
 
-__all__ = ["LibraryRetrieval", "RetrievalReport"]
+__all__ = ["LibraryRetrieval", "RetrievalReport", "note_extraction_error"]
 
 
 @dataclass
@@ -26,6 +26,14 @@ class RetrievalReport:
     # Some candidates had no vector yet (the backlog is still being filled): ranked lexically only.
     partial: bool = False
     pending: int = 0
+
+
+def note_extraction_error(report: RetrievalReport, error: str) -> None:
+    """Record in ``report`` that the question's own filters could not be read (``error`` non-empty): the
+    answer stands on the caller's filters alone, flagged ``filter_extractor``."""
+    if error:
+        report.degraded = (*report.degraded, "filter_extractor")
+        report.errors["filter_extractor"] = error
 
 
 class LibraryRetrieval:

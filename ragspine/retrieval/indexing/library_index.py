@@ -41,7 +41,7 @@ from ragspine.retrieval.filtering.metadata_filter import MetadataFilter
 from ragspine.retrieval.indexing.backlog import Backlog
 from ragspine.retrieval.indexing.codec import round_trip_dense
 from ragspine.retrieval.indexing.ledger import DENSE, SPARSE, VectorLedger, supports_vectors
-from ragspine.retrieval.indexing.library_api import LibraryRetrieval, RetrievalReport
+from ragspine.retrieval.indexing.library_api import LibraryRetrieval, RetrievalReport, note_extraction_error
 from ragspine.retrieval.indexing.store_sync import StoreSync
 from ragspine.retrieval.indexing.text_index import IndexTextFn, TextIndex, validate_top_k
 from ragspine.retrieval.indexing.vector_spaces import VectorSpaces
@@ -386,10 +386,7 @@ class LibraryIndex(LibraryRetrieval):
         n = self.rerank_top_n if top_n is None else validate_top_k(top_n, name="top_n")
         effective, extraction_error = narrow(self.filter_extractor, query, metadata_filter)
         report = self.search_head(query, fields, top_k, effective)
-        if extraction_error:
-            # The question's own filters could not be read: answered with the caller's filters only.
-            report.degraded = (*report.degraded, "filter_extractor")
-            report.errors["filter_extractor"] = extraction_error
+        note_extraction_error(report, extraction_error)
         report = self.rerank_head(query, report, top_n=n, rerank=rerank)
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
         return report

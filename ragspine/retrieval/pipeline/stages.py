@@ -26,6 +26,7 @@ from ragspine.retrieval.expansion import expand_child_hits
 from ragspine.retrieval.filtering.automatic import narrow
 from ragspine.retrieval.filtering.fields import NO_FIELDS, FilterFields
 from ragspine.retrieval.filtering.metadata_filter import FilterCondition, MetadataFilter, all_of
+from ragspine.retrieval.indexing.library_api import note_extraction_error
 from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
 from ragspine.retrieval.pipeline.snippets import snippets_and_parents
 from ragspine.retrieval.pipeline.sources import LibrarySource, RetrieverLibrary
@@ -219,9 +220,9 @@ class TextChannelStage:
 
     def run(self, state: PipelineState) -> None:
         for work in text_work(state):
-            if work.index is None:
+            if isinstance(work.source, RetrieverLibrary):
                 filters: Any = state.request.filters  # a caller-facing retriever takes what it was given
-                work.snippets = work.source.retriever.retrieve(  # type: ignore[attr-defined]
+                work.snippets = work.source.retriever.retrieve(
                     state.query, filters=filters, top_k=state.request.top_k
                 )
             elif work.staged:
@@ -235,12 +236,9 @@ class TextChannelStage:
         fields = FilterFields(**state.keyword) if state.keyword else NO_FIELDS
         flt = state.mfilter if work.extracted is None else all_of(state.mfilter, work.extracted)
         report = index.search_head(state.query, fields, request.top_k, flt)
-        if not report.results and request.retry_without_filters and (state.keyword or state.mfilter):
+        if _retry_without_filters(state, report):
             report = index.search_head(state.query, NO_FIELDS, request.top_k, work.extracted)
-            state.retried_without_filters = True
-        if work.extraction_error:
-            report.degraded = (*report.degraded, "filter_extractor")
-            report.errors["filter_extractor"] = work.extraction_error
+        note_extraction_error(report, work.extraction_error)
         work.report = report
 
     @staticmethod
@@ -253,10 +251,18 @@ class TextChannelStage:
         report = index.retrieve_report(
             state.query, top_k=request.top_k, rerank=request.rerank, metadata_filter=state.mfilter, **kwargs
         )
-        if not report.results and request.retry_without_filters and (state.keyword or state.mfilter):
+        if _retry_without_filters(state, report):
             report = index.retrieve_report(state.query, top_k=request.top_k, rerank=request.rerank)
-            state.retried_without_filters = True
         work.report, work.reranked = report, True
+
+
+def _retry_without_filters(state: PipelineState, report: Any) -> bool:
+    """Whether a filtered search that found nothing is searched once more without the request's filters
+    (``retry_without_filters``); noted in the run's state when it is."""
+    request = state.request
+    retry = not report.results and request.retry_without_filters and bool(state.keyword or state.mfilter)
+    state.retried_without_filters = state.retried_without_filters or retry
+    return retry
 
 
 class TextRerankStage:
