@@ -92,7 +92,8 @@ def test_weight_zero_and_header_mean_no_document_evidence() -> None:
 
 def test_entries_follow_replacements_and_removals() -> None:
     retriever = HybridRetriever(CORPUS, doc_weight=0.5)
-    docs = retriever.bm25.docs
+    assert retriever.bm25.evidence is not None
+    docs = retriever.bm25.evidence.docs
     assert docs is not None and len(docs) == 3
     retriever.remove_chunks(["misc#c0"])
     assert len(docs) == 2 and docs.members("misc") == frozenset()
@@ -123,9 +124,9 @@ class _LeakyRetriever(HybridRetriever):
     def add_chunks(self, chunks: Iterable[Chunk]) -> int:
         chunks = list(chunks)
         added = super().add_chunks(chunks)
-        if self.bm25.docs is not None:
+        if self.bm25.evidence is not None:
             every: dict[str, Chunk] = {**self._chunks, **{c.chunk_id: c for c in chunks}}
-            self.bm25.docs.refresh(every, chunks, self.index_text)
+            self.bm25.evidence.docs.refresh(every, chunks, self.index_text)
         return added
 
 
@@ -150,8 +151,9 @@ def _widens(evidence_cls: type[DocumentEvidence]) -> bool:
         _chunk("e", 0, "alpha"),
     ]
     retriever = HybridRetriever(corpus, doc_weight=0.5)
-    retriever.bm25.docs = evidence_cls(k1=1.5, b=0.75)
-    retriever.bm25.docs.refresh(retriever._chunks, corpus, retriever.index_text)
+    assert retriever.bm25.evidence is not None
+    retriever.bm25.evidence.docs = evidence_cls(k1=1.5, b=0.75)
+    retriever.bm25.evidence.docs.refresh(retriever._chunks, corpus, retriever.index_text)
     allowed = {"d#c1", "e#c0"}
     got = {r.chunk.chunk_id for r in retriever.search("alpha beta", top_k=1, metadata_filter=_Wide(allowed))}
     return not got <= allowed

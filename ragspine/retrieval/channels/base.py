@@ -20,7 +20,9 @@ __all__ = ["Channel", "Ranking"]
 
 @runtime_checkable
 class Channel(Protocol):
-    """One ranking signal over the indexed chunks (``bm25``, ``dense``, ``sparse``)."""
+    """One ranking signal: over the indexed chunks (``bm25``, ``dense``, ``sparse``, ``doc_evidence``;
+    ``ragspine.retrieval.channels``) or over a library's rendered pages (``visual``, ids are page
+    locators; ``ragspine.retrieval.visual.channel.PageChannel``)."""
 
     name: str
 

@@ -1,8 +1,9 @@
 """The BM25 channel: Okapi BM25 over an inverted index (CJK unigrams + bigrams; the compiled kernel for
-unfiltered top-k), with optional document evidence blended into its ranking.
+unfiltered top-k), with optional document evidence (``DocumentEvidenceChannel``) ordering its hits.
 
-Scores follow ``bm25_reference.bm25_scores`` computed over the indexed chunks (statistics N, avgdl and df
-over every non-RESTRICTED chunk; the pre-filter narrows which chunks may rank, never the statistics).
+Scores follow ``bm25_reference.bm25_scores`` computed over the chunks that may rank: every indexed
+(non-RESTRICTED) chunk when nothing narrows the search, else the candidates the metadata pre-filter let
+through, whose N, avgdl and df are then the statistics (the spec's pre-filter runs before any scoring).
 With document evidence (``doc_weight`` > 0, ``RAGSPINE_CONTEXTUAL=document``) the chunk hits of each query
 variant are re-ordered by a blend of their own score and their whole document's BM25 score; the raw chunk
 scores stay the reported ``bm25`` scores.
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ragspine.retrieval.channels.base import Ranking
-from ragspine.retrieval.channels.doc_evidence import DocumentEvidence
+from ragspine.retrieval.channels.doc_evidence import DocumentEvidenceChannel
 from ragspine.retrieval.channels.inverted_index import InvertedIndex
 from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.text.tokenizer import tokenize
@@ -33,7 +34,9 @@ class Bm25Channel:
         self.chunks = chunks
         self.index = InvertedIndex(k1=k1, b=b)
         self.doc_weight = float(doc_weight)
-        self.docs = DocumentEvidence(k1=k1, b=b) if doc_weight > 0 else None
+        self.evidence: DocumentEvidenceChannel | None = None
+        if doc_weight > 0:
+            self.evidence = DocumentEvidenceChannel(self.index, chunks, k1=k1, b=b, weight=doc_weight)
 
     # ------------------------------------------------------------------ writes (the owner's lock held)
     def add(self, tokens: Iterable[tuple[str, Sequence[str]]]) -> None:
@@ -44,8 +47,8 @@ class Bm25Channel:
 
     def refresh_documents(self, changed: Iterable[Chunk], index_text: Callable[[Chunk], str]) -> None:
         """Bring the document entries of ``changed`` chunks up to the table (document evidence only)."""
-        if self.docs is not None:
-            self.docs.refresh(self.chunks, changed, index_text)
+        if self.evidence is not None:
+            self.evidence.refresh(changed, index_text)
 
     # ------------------------------------------------------------------ queries
     def idf(self, tokens: Iterable[str]) -> dict[str, float]:
@@ -69,12 +72,9 @@ class Bm25Channel:
         evidence the order is the blended one, and the raw scores of chunks it ranked out of the top ``k``
         are kept in ``outranked`` (the best seen per chunk), since they still count as the chunk's BM25."""
         keys, scores = self.index.search_columns(tokens, k, allowed=allowed)
-        if self.docs is None:
+        if self.evidence is None:
             return keys, scores
-        pairs = list(zip(keys, scores, strict=True))
-        hits, ranked = self.docs.rerank(
-            self.index, tokens, pairs, self.chunks, candidates, k, self.doc_weight
-        )
+        hits, ranked = self.evidence.reorder(tokens, list(zip(keys, scores, strict=True)), candidates, k)
         raw = dict(hits)
         for cid, score in hits:
             if score > outranked.get(cid, -math.inf):
@@ -82,6 +82,8 @@ class Bm25Channel:
         return ranked, [raw[cid] for cid in ranked]
 
     def rank(self, query: list[str], candidates: Sequence[str] | None, k: int) -> Ranking:
+        """Plain BM25 over the chunks; the document-evidence order is ``self.evidence``'s ranking (which
+        ``columns`` applies to the hits it hands the text index)."""
         pool = None if candidates is None else list(candidates)
-        keys, scores = self.columns(query, k, pool, self.mask(pool), {})
+        keys, scores = self.index.search_columns(query, k, allowed=self.mask(pool))
         return list(zip(keys, scores, strict=True))

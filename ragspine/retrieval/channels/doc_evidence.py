@@ -23,13 +23,14 @@ followed by the plain text of every further chunk, in ``seq`` order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from ragspine.retrieval.channels.base import Ranking
 from ragspine.retrieval.channels.inverted_index import InvertedIndex
 from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.text.tokenizer import tokenize
 
-__all__ = ["DocumentEvidence", "combine_scores"]
+__all__ = ["DocumentEvidence", "DocumentEvidenceChannel", "combine_scores"]
 
 
 def combine_scores(
@@ -89,7 +90,7 @@ class DocumentEvidence:
         if entries:
             self._index.add_many(entries)
 
-    def rerank(
+    def blend(
         self,
         lex: InvertedIndex,
         tokens: list[str],
@@ -98,17 +99,19 @@ class DocumentEvidence:
         candidates: list[str] | None,
         k: int,
         weight: float,
-    ) -> tuple[list[tuple[str, float]], list[str]]:
-        """(chunk hits with raw BM25 scores, chunk ids in combined order, at most ``k``).
+    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        """(chunk hits with raw BM25 scores, the blended score of each), or ``(hits, {})`` when no
+        document matches.
 
-        ``hits`` are the chunk index's top-k for ``tokens`` over ``candidates`` (None = every chunk).
+        ``hits`` are the chunk index's top-k for ``tokens`` over ``candidates`` (None = every chunk); a
+        document in the document top-k with no chunk among them adds its best-scoring candidate chunk.
         """
         allowed = None
         if candidates is not None:
             allowed = self._index.mask({chunks[cid].doc_id for cid in candidates})
         doc_hits = dict(self._index.search(tokens, k, allowed=allowed))
         if not doc_hits:
-            return hits, [cid for cid, _ in hits]
+            return hits, {}
         covered = {chunks[cid].doc_id for cid, _ in hits}
         missing = [d for d in doc_hits if d not in covered]
         extra: list[tuple[str, float]] = []
@@ -128,6 +131,67 @@ class DocumentEvidence:
             extra = [(cid, score) for score, cid in best.values()]
         all_hits = hits + extra
         doc_of = {cid: chunks[cid].doc_id for cid, _ in all_hits}
-        combined = combine_scores(all_hits, doc_of, doc_hits, weight)
+        return all_hits, combine_scores(all_hits, doc_of, doc_hits, weight)
+
+    def rerank(
+        self,
+        lex: InvertedIndex,
+        tokens: list[str],
+        hits: list[tuple[str, float]],
+        chunks: Mapping[str, Chunk],
+        candidates: list[str] | None,
+        k: int,
+        weight: float,
+    ) -> tuple[list[tuple[str, float]], list[str]]:
+        """(chunk hits with raw BM25 scores, chunk ids in combined order, at most ``k``); see ``blend``."""
+        all_hits, combined = self.blend(lex, tokens, hits, chunks, candidates, k, weight)
+        if not combined:
+            return hits, [cid for cid, _ in hits]
+        return all_hits, sorted(combined, key=lambda cid: (-combined[cid], cid))[:k]
+
+
+class DocumentEvidenceChannel:
+    """The document-evidence channel: chunks ranked by the blend of their own BM25 score and their whole
+    document's (``combine_scores``), over the chunk index ``lex`` and the document entries ``docs``.
+
+    ``rank`` answers the blended scores; ``reorder`` re-orders hits the chunk index already found (the
+    BM25 channel's path, which keeps the raw chunk scores as its reported ``bm25``).
+    """
+
+    name = "doc_evidence"
+
+    def __init__(
+        self, lex: InvertedIndex, chunks: Mapping[str, Chunk], *, k1: float, b: float, weight: float
+    ) -> None:
+        if not 0 < weight < 1:
+            raise ValueError(f"document evidence weight must be in (0, 1), got {weight!r}")
+        self.lex = lex
+        self.chunks = chunks
+        self.weight = float(weight)
+        self.docs = DocumentEvidence(k1=k1, b=b)
+
+    def refresh(self, changed: Iterable[Chunk], index_text: Callable[[Chunk], str]) -> None:
+        """Bring the entries of the documents of ``changed`` up to the chunk table."""
+        self.docs.refresh(self.chunks, changed, index_text)
+
+    def encode(self, query: str) -> list[str]:
+        return tokenize(query)
+
+    def reorder(
+        self, tokens: list[str], hits: list[tuple[str, float]], candidates: list[str] | None, k: int
+    ) -> tuple[list[tuple[str, float]], list[str]]:
+        """(chunk hits with raw BM25 scores, chunk ids in blended order, at most ``k``) for the chunk
+        index's top-k ``hits`` of ``tokens`` over ``candidates`` (None = every chunk)."""
+        return self.docs.rerank(self.lex, tokens, hits, self.chunks, candidates, k, self.weight)
+
+    def rank(self, query: list[str], candidates: Sequence[str] | None, k: int) -> Ranking:
+        pool = None if candidates is None else list(candidates)
+        allowed = None if pool is None else self.lex.mask(pool)
+        keys, scores = self.lex.search_columns(query, k, allowed=allowed)
+        hits = list(zip(keys, scores, strict=True))
+        _, combined = self.docs.blend(self.lex, query, hits, self.chunks, pool, k, self.weight)
+        if not combined:  # no document matched: the chunk scores alone, max-normalised as in the blend
+            best = max((s for _, s in hits), default=0.0) or 1.0
+            return [(cid, (1.0 - self.weight) * score / best) for cid, score in hits]
         order = sorted(combined, key=lambda cid: (-combined[cid], cid))[:k]
-        return all_hits, order
+        return [(cid, combined[cid]) for cid in order]

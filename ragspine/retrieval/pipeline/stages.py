@@ -31,8 +31,8 @@ from ragspine.retrieval.pipeline.request import RetrieveRequest, split_filters
 from ragspine.retrieval.pipeline.snippets import snippets_and_parents
 from ragspine.retrieval.pipeline.sources import LibrarySource, RetrieverLibrary
 from ragspine.retrieval.seams import LibraryRouter, RoutableLibrary
+from ragspine.retrieval.visual.channel import visual_snippets
 from ragspine.retrieval.visual.fusion import fuse_text_and_visual
-from ragspine.retrieval.visual.library_pages import visual_snippets
 from ragspine.settings import is_off
 
 log = logging.getLogger("ragspine.retrieval.pipeline")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -342,19 +342,35 @@ class LibraryPages:
             self.invalidate()
         return removed
 
-    def search(self, query: str, *, k: int, mfilter: MetadataFilter | None = None) -> list[PageLead]:
-        """The ``k`` best pages for ``query`` among those ``mfilter`` admits (all when None)."""
+    def search(
+        self,
+        query: str,
+        *,
+        k: int,
+        mfilter: MetadataFilter | None = None,
+        locators: Collection[str] | None = None,
+    ) -> list[PageLead]:
+        """The ``k`` best pages for ``query`` among those ``mfilter`` admits (all when None) and, when
+        given, whose locator is in ``locators``. ``ValueError`` for ``locators`` on an external index,
+        which narrows by metadata filter only."""
+        if isinstance(locators, str):
+            raise ValueError("locators must be a collection of page locators, not one string")
         if self.external is not None:
+            if locators is not None:
+                raise ValueError("the external page index narrows by metadata filter, not by page locators")
             return self.external.search(query, k=k, mfilter=mfilter)
         index = self.index()
         if len(index) == 0:
             return []
-        allowed: Callable[[StoredPage], bool] | None = None
-        if mfilter is not None:
-            active = mfilter
+        if mfilter is None and locators is None:
+            return index.search(query, k=k)
+        active = mfilter
+        wanted = None if locators is None else frozenset(locators)
 
-            def allowed(page: StoredPage) -> bool:
-                return active.matches(_filter_view(page))
+        def allowed(page: StoredPage) -> bool:
+            if wanted is not None and page.locator not in wanted:
+                return False
+            return active is None or active.matches(_filter_view(page))
 
         return index.search(query, k=k, allowed=allowed)
 
@@ -402,18 +418,3 @@ def render_document_pages(
         metadata=page_metadata(meta),
         limits=limits,
     )
-
-
-def visual_snippets(
-    libraries: Sequence[LibraryPages], query: str, *, k: int, mfilter: MetadataFilter | None
-) -> list[dict[str, Any]]:
-    """Best ``k`` page snippets across ``libraries`` (MaxSim scores share one embedding space, so they are
-    merged by score; ties by library then locator)."""
-    ranked: list[tuple[PageLead, LibraryPages]] = []
-    for pages in libraries:
-        ranked.extend((lead, pages) for lead in pages.search(query, k=k, mfilter=mfilter))
-    ranked.sort(key=lambda item: (-item[0].score, item[1].library_id, item[0].locator))
-    out: list[dict[str, Any]] = []
-    for lead, pages in ranked[:k]:
-        out.extend(pages.snippets([lead]))
-    return out

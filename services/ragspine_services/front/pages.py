@@ -1,6 +1,8 @@
-"""Re-export: page retrieval lives in the library (``ragspine.retrieval.visual.library_pages`` and
-``ragspine.retrieval.visual.fusion``); this module keeps the old import path working."""
+"""Re-export: page retrieval lives in the library (``ragspine.retrieval.visual.library_pages``,
+``ragspine.retrieval.visual.channel`` and ``ragspine.retrieval.visual.fusion``); this module keeps the old
+import path working."""
 
+from ragspine.retrieval.visual.channel import visual_snippets
 from ragspine.retrieval.visual.fusion import fuse_text_and_visual
 from ragspine.retrieval.visual.library_pages import (
     DEFAULT_PAGE_DPI,
@@ -12,7 +14,6 @@ from ragspine.retrieval.visual.library_pages import (
     page_metadata,
     pages_path,
     render_document_pages,
-    visual_snippets,
 )
 
 __all__ = [
