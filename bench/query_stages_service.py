@@ -54,7 +54,7 @@ ROWS: dict[str, dict[str, Any]] = {
 def scripted_reply(messages: list[dict[str, str]]) -> str:
     """The deterministic provider's answers (stage prompts; the listwise judge ranks passages by query-token
     overlap), served over HTTP; "none" for a prompt it has no answer for."""
-    return DeterministicProvider().chat(messages) or "none"
+    return DeterministicProvider().reply(messages) or "none"
 
 
 class Front:

@@ -134,7 +134,8 @@ class DecomposingRetriever(Stage):
             raise ValueError("DecomposingRetriever needs a decomposer")
         self.base = base
         self.decomposer = decomposer
-        self.security_gate = security_gate
+        # On by default, as published: the domain profile's gate screens every sub-question.
+        self.security_gate = security_gate if security_gate is not None else SecurityGate.from_profile()
         self.reference_date = reference_date
 
     def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult:

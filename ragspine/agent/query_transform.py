@@ -94,7 +94,8 @@ class _Transform(Stage, LLMCaller):
         if isinstance(budget_s, bool) or not isinstance(budget_s, int | float) or budget_s <= 0:
             raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
         self.base = base
-        self.security_gate = security_gate
+        # On by default, as published: the domain profile's gate screens every generated text.
+        self.security_gate = security_gate if security_gate is not None else SecurityGate.from_profile()
         self.budget_s = float(budget_s)
 
     def generate(self, query: str) -> list[str]:  # pragma: no cover - every subclass overrides it

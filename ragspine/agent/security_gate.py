@@ -9,6 +9,7 @@ sub-question) before that text reaches retrieval, so a competitor query never re
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -17,6 +18,35 @@ from ragspine.common.company_profile import DomainProfile, load_company_profile
 SECURITY_ALLOW = "allow"
 SECURITY_REFUSE_OUT_OF_SCOPE = "out_of_scope_entity"
 MASK = "[EXTERNAL]"
+# Characters that render as nothing: dropped before matching, so "Glo\u200bbex" is "Globex".
+_INVISIBLE = frozenset(
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200c\u200d\u200e\u200f"
+    "\u202a\u202b\u202c\u202d\u202e\u2060\u2061\u2062\u2063\u2064\u206f\ufeff"
+)
+
+
+def fold(text: str) -> tuple[str, list[int]]:
+    """``text`` as the gate matches it: each character NFKC-normalised (full-width letters and digits, the
+    ideographic space and compatibility forms become plain ones) and case-folded, invisible characters
+    (zero-width space and joiners, soft hyphen, direction marks, BOM) dropped. Also the index in ``text``
+    of each character of the result, so a match maps back to the original span."""
+    out: list[str] = []
+    where: list[int] = []
+    for i, ch in enumerate(text):
+        if ch in _INVISIBLE:
+            continue
+        for piece in unicodedata.normalize("NFKC", ch).casefold():
+            if piece not in _INVISIBLE:
+                out.append(piece)
+                where.append(i)
+    return "".join(out), where
+
+
+def _spaced(alias: str) -> str:
+    """A pattern for ``alias`` (already folded) that also matches it with whitespace between any two of its
+    characters ("环 球", "G l o b e x"); a space inside the alias matches any run of whitespace."""
+    letters = [c for c in alias if not c.isspace()]
+    return r"\s*".join(re.escape(c) for c in letters)
 
 
 @dataclass(frozen=True)
@@ -50,12 +80,18 @@ class RefusedVariant:
     external_entity: str
 
 
+def _key(alias: str) -> str:
+    """The lookup form of an alias or a matched span: folded, whitespace removed."""
+    return "".join(c for c in fold(alias)[0] if not c.isspace())
+
+
 class SecurityGate:
     """Screens texts against ``external_entities`` (alias → entity code; codes match too).
 
     ASCII aliases match case-insensitively on word boundaries, CJK aliases as substrings; the longest alias
-    wins where aliases overlap. Raises ``ValueError`` for a mapping that is not str → non-empty str or a
-    blank ``home_company_name``.
+    wins where aliases overlap. Spelling variants match too: full-width and other compatibility forms,
+    any case, invisible characters and whitespace inside the name (``fold``, ``_spaced``). Raises
+    ``ValueError`` for a mapping that is not str → non-empty str or a blank ``home_company_name``.
     """
 
     def __init__(self, external_entities: dict[str, str], home_company_name: str) -> None:
@@ -68,18 +104,19 @@ class SecurityGate:
             if not isinstance(alias, str) or not isinstance(code, str) or not code.strip():
                 raise ValueError(f"external entity {alias!r} → {code!r}: both must be non-empty strings")
             if alias.strip():
-                aliases[alias.strip().casefold()] = code.strip()
+                aliases[_key(alias)] = code.strip()
         for code in {c.strip() for c in external_entities.values()}:
-            aliases.setdefault(code.casefold(), code)
+            aliases.setdefault(_key(code), code)
+        aliases.pop("", None)
         self.external_entities = dict(external_entities)
         self.home_company_name = home_company_name.strip()
         parts = []
         self._codes: dict[str, str] = {}
         for alias in sorted(aliases, key=lambda a: (-len(a), a)):
-            escaped = re.escape(alias)
-            parts.append(rf"(?<![a-z0-9_]){escaped}(?![a-z0-9_])" if alias.isascii() else escaped)
+            spaced = _spaced(alias)
+            parts.append(rf"(?<![a-z0-9_]){spaced}(?![a-z0-9_])" if alias.isascii() else spaced)
             self._codes[alias] = aliases[alias]
-        self._pattern = re.compile("|".join(parts), re.IGNORECASE) if parts else None
+        self._pattern = re.compile("|".join(parts)) if parts else None
 
     @classmethod
     def from_profile(cls, profile: DomainProfile | None = None) -> SecurityGate:
@@ -93,14 +130,19 @@ class SecurityGate:
             raise ValueError(f"text must be a string, got {type(text).__name__}")
         if self._pattern is None:
             return SecurityScreen(None, text)
+        folded, where = fold(text)
         found: list[str] = []
-
-        def mask(match: re.Match[str]) -> str:
-            found.append(self._codes[match.group(0).casefold()])
-            return MASK
-
-        masked = self._pattern.sub(mask, text)
-        return SecurityScreen(found[0] if found else None, masked)
+        pieces: list[str] = []
+        end = 0  # in ``text``
+        for match in self._pattern.finditer(folded):
+            found.append(self._codes[_key(match.group(0))])
+            start, stop = where[match.start()], where[match.end() - 1] + 1
+            pieces += [text[end:start], MASK]
+            end = stop
+        if not found:
+            return SecurityScreen(None, text)
+        pieces.append(text[end:])
+        return SecurityScreen(found[0], "".join(pieces))
 
     def screen(self, *, raw_question: str, metric: str | None) -> SecurityVerdict:
         """Allow, or refuse a question about an external entity with a message and narrowing options."""

@@ -23,6 +23,7 @@ from ragspine.common.company_profile import DomainProfile, load_company_profile
 from ragspine.common.glossary import Vocabulary
 from ragspine.common.sensitivity import RESTRICTED
 from ragspine.graph.store import GraphEdge
+from ragspine.retrieval.llm.completion import ask
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.settings import OFF, selected
 
@@ -171,8 +172,9 @@ class LLMRelationExtractor:
             text = chunk_field(chunk, "text")
             if not text.strip():
                 continue
-            reply = self.provider.chat(
-                [{"role": "user", "content": _PROMPT.format(limit=self.max_relations, text=text)}]
+            reply = ask(
+                self.provider,
+                [{"role": "user", "content": _PROMPT.format(limit=self.max_relations, text=text)}],
             )
             for item in parse_json_array(reply):
                 if len(edges) >= self.max_relations:

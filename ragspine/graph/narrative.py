@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ragspine.retrieval.llm.completion import ask
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.settings import OFF, selected
 
@@ -129,7 +130,7 @@ class LLMGraphExtractor:
         prompt = _EXTRACT_PROMPT.format(
             max_entities=self.max_entities, max_relations=self.max_relations, text=text
         )
-        data = _json_object(self.provider.chat([{"role": "user", "content": prompt}]))
+        data = _json_object(ask(self.provider, [{"role": "user", "content": prompt}]))
         entities: dict[str, ExtractedEntity] = {}
         for item in _objects(data, "entities"):
             if len(entities) >= self.max_entities:
@@ -197,7 +198,7 @@ class LLMCommunitySummarizer:
             "Summarise in two sentences what connects these entities, using only the relations listed.\n"
             + "\n".join(lines)
         )
-        text = self.provider.chat([{"role": "user", "content": prompt}]).strip()
+        text = ask(self.provider, [{"role": "user", "content": prompt}]).strip()
         docs = sorted(
             {e.source_doc_id for e in graph.entities if e.name in inside}
             | {r.source_doc_id for r in relations}

@@ -20,6 +20,7 @@ only narrow).
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 from collections.abc import Sequence
@@ -31,10 +32,13 @@ import numpy as np
 from ragspine.retrieval.channels.fusion import rrf_fuse
 from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
+from ragspine.retrieval.llm.completion import ask
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.seams import EmbeddingBackend as _Embedder
 from ragspine.retrieval.seams import NarrativeRetriever
 from ragspine.settings import OFF, choice, is_off
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MAX_LEVELS",
@@ -199,11 +203,13 @@ class ExtractiveRaptorSummarizer:
 
 class LLMRaptorSummarizer:
     """Summaries written by a chat model (opt-in). On a provider error or an empty reply the ``fallback``
-    (default: extractive) summarises instead, so building a tree never fails on the model."""
+    (default: extractive) summarises instead, so building a tree never fails on the model; each such
+    fallback is logged and counted in ``failures``."""
 
     def __init__(self, provider: LLMProvider, *, fallback: RaptorSummarizer | None = None) -> None:
         self.provider = provider
         self.fallback: RaptorSummarizer = fallback if fallback is not None else ExtractiveRaptorSummarizer()
+        self.failures = 0
 
     def summarize(self, texts: Sequence[str]) -> str:
         passages = "\n\n".join(f"[{i}] {t.strip()}" for i, t in enumerate(texts))
@@ -216,10 +222,12 @@ class LLMRaptorSummarizer:
             {"role": "user", "content": passages},
         ]
         try:
-            reply = self.provider.chat(messages, temperature=0.0)
-        except Exception:  # any provider failure degrades to the fallback
+            reply = ask(self.provider, messages)
+        except Exception as exc:  # any provider failure degrades to the fallback, with a word
+            log.warning("RAPTOR summary fell back to the extractive summary: %s: %s", type(exc).__name__, exc)
+            self.failures += 1
             return self.fallback.summarize(texts)
-        return reply.strip() if isinstance(reply, str) and reply.strip() else self.fallback.summarize(texts)
+        return reply.strip() if reply.strip() else self.fallback.summarize(texts)
 
 
 def cluster_by_similarity(

@@ -91,20 +91,14 @@ class ListwiseJudge(Protocol):
 
 @runtime_checkable
 class LLMProvider(Protocol):
-    """A chat model: ``messages`` are ``{"role": ..., "content": ...}`` dicts; returns the reply text.
-
-    ``tools`` (OpenAI function-tool dicts) are offered to the model when given. Implementations raise on
-    transport or protocol failure; callers decide how to degrade.
+    """A chat model, the published seam: ``messages`` are ``{"role": ..., "content": ...}`` dicts, ``tools``
+    (OpenAI function-tool dicts) are offered to the model when given, and the answer is a chat-completion
+    object whose text is ``choices[0].message.content`` (``ragspine.retrieval.llm.completion``; a provider
+    answering a plain string is read too). Implementations raise on transport or protocol failure;
+    callers decide how to degrade and say so in their report.
     """
 
-    def chat(
-        self,
-        messages: list[dict[str, str]],
-        *,
-        temperature: float = 0.0,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> str: ...
+    def chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None) -> Any: ...
 
 
 @runtime_checkable

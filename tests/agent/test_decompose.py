@@ -155,3 +155,23 @@ def test_decomposer_instances_are_validated() -> None:
 def test_rejects_unknown_args_in_llm_decomposer() -> None:
     with pytest.raises(ValueError, match="provider"):
         LLMQueryDecomposer(None)  # type: ignore[arg-type]
+
+
+def test_a_bare_decomposing_retriever_gates_by_default(corpus) -> None:  # type: ignore[no-untyped-def]
+    """No gate passed: the domain profile's gate refuses the competitor sub-question; reverse proof: an
+    explicit gate that knows no competitor lets it through."""
+    _, base = corpus
+    with ScriptedLLMServer(fixed("battery supplier shipment\n环 球 battery shipment")) as server:
+        decomposer = LLMQueryDecomposer(OpenAICompatibleProvider(server.base_url, timeout_s=5))
+        recording = Recording(base)
+        report = (
+            DecomposingRetriever(recording, decomposer)
+            .retrieve_staged("battery vs rival", top_k=3)
+            .reports[-1]
+        )
+        assert recording.queries == ["battery supplier shipment"]
+        assert report.variants_refused == [("环 球 battery shipment", "GLOBEX")]
+        open_recording = Recording(base)
+        stage = DecomposingRetriever(open_recording, decomposer, security_gate=SecurityGate({}, "ACME Group"))
+        stage.retrieve_staged("battery vs rival", top_k=3)
+        assert open_recording.queries == ["battery supplier shipment", "环 球 battery shipment"]

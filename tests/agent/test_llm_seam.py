@@ -15,6 +15,7 @@ from ragspine.retrieval.link.providers import (
     OpenAICompatibleProvider,
     make_llm_provider,
 )
+from ragspine.retrieval.llm.completion import ChatCompletion, reply_text
 from ragspine.settings import Settings
 from tests.agent.llm_server import ScriptedLLMServer
 
@@ -25,8 +26,9 @@ def test_reply_model_key_and_tools_go_over_the_wire() -> None:
     with ScriptedLLMServer(lambda messages: "pong: " + messages[-1]["content"]) as server:
         provider = OpenAICompatibleProvider(server.base_url, "sk-test", "tiny-model", timeout_s=5)
         tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
-        assert provider.chat(HELLO, tools=tools) == "pong: hello"
-        assert provider.chat(HELLO) == "pong: hello"
+        answer = provider.chat(HELLO, tools=tools)
+        assert isinstance(answer, ChatCompletion) and answer.choices[0].message.content == "pong: hello"
+        assert reply_text(provider.chat(HELLO)) == "pong: hello"
     first, second = server.requests
     assert first["model"] == "tiny-model" and first["messages"] == HELLO and first["tools"] == tools
     assert "tools" not in second
@@ -136,7 +138,7 @@ def test_make_llm_provider_output_drives_make_query_transform(corpus) -> None:  
 
 def test_deterministic_provider_answers_stage_prompts_and_is_stable() -> None:
     prompt = build_prompt(TASK_FUSION, "battery supplier shipment", n=3)
-    reply = DeterministicProvider().chat(prompt)
-    assert reply == DeterministicProvider().chat(prompt) == deterministic_reply(prompt[-1]["content"])
+    reply = reply_text(DeterministicProvider().chat(prompt))
+    assert reply == DeterministicProvider().reply(prompt) == deterministic_reply(prompt[-1]["content"])
     assert reply.splitlines()[0] == "battery supplier shipment" and len(reply.splitlines()) == 3
-    assert DeterministicProvider().chat(HELLO) == ""
+    assert reply_text(DeterministicProvider().chat(HELLO)) == ""

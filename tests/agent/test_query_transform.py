@@ -197,3 +197,23 @@ def test_fusion_caps_the_variants_and_drops_the_question_and_repeats(corpus) -> 
     assert report.variants_tried == ["battery pricing", "cloud churn"]
     assert recording.queries == [QUERY, "battery pricing", "cloud churn"]
     assert len(server.requests) == 1  # a blank query never reaches the model
+
+
+@pytest.mark.parametrize("spelling", ["Globex", "环 球", "ＧＬＯＢＥＸ", "Glo\u200bbex"])
+@pytest.mark.parametrize("spec", ["rag_fusion", "step_back", "hyde"])
+def test_the_gate_is_on_without_being_passed(corpus, spec: str, spelling: str) -> None:  # type: ignore[no-untyped-def]
+    """The published constructors screen with the domain profile's gate when none is passed; reverse
+    proof: an explicit gate that knows no competitor lets the same variant through."""
+    _, base = corpus
+    variant = f"{spelling} battery supplier revenue"
+    with ScriptedLLMServer(fixed(variant)) as server:
+        provider = OpenAICompatibleProvider(server.base_url, timeout_s=5)
+        recording = Recording(base)
+        gated = make_query_transform(recording, spec, provider=provider)
+        report = gated.retrieve_staged(QUERY, top_k=4).reports[-1]  # type: ignore[attr-defined]
+        assert recording.queries == [QUERY] and report.variants_refused == [(variant, "GLOBEX")]
+        open_recording = Recording(base)
+        open_gate = SecurityGate({}, "ACME Group")
+        ungated = make_query_transform(open_recording, spec, provider=provider, security_gate=open_gate)
+        ungated.retrieve_staged(QUERY, top_k=4)  # type: ignore[attr-defined]
+        assert open_recording.queries == [QUERY, variant]

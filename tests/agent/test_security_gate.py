@@ -76,3 +76,46 @@ def test_the_gate_fits_the_graph_extractors_screen(gate: SecurityGate) -> None:
     extractor = LLMRelationExtractor(Provider(), security_gate=gate)
     edges = extractor.extract([{"text": "ACME Hong Kong sells to Globex.", "doc_id": "d", "sensitivity": ""}])
     assert edges == ()
+
+
+# ------------------------------------------------------------------ spelling variants
+VARIANTS = {
+    "inner spaces (CJK)": ("环 球 的营收", "GLOBEX"),
+    "inner spaces (ideographic)": ("英尼\u3000泰克 revenue", "INITECH"),
+    "inner spaces (ASCII)": ("G l o b e x revenue", "GLOBEX"),
+    "full-width": ("ＧＬＯＢＥＸ revenue", "GLOBEX"),
+    "zero-width": ("Glo\u200bbex revenue", "GLOBEX"),
+    "zero-width joiner (CJK)": ("环\u200d球营收", "GLOBEX"),
+    "case": ("gLoBeX revenue", "GLOBEX"),
+}
+
+
+def _naive_fold(text: str) -> tuple[str, list[int]]:
+    folded = text.casefold()
+    return folded, list(range(len(folded)))
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_spelling_variants_are_caught_and_masked(gate: SecurityGate, name: str) -> None:
+    text, code = VARIANTS[name]
+    screen = gate.detect(text)
+    assert screen.external_entity == code, name
+    assert MASK in screen.masked_text and screen.masked_text.endswith(text.split()[-1][-2:])
+    assert gate.split([text, "ACME revenue"])[0] == ["ACME revenue"]
+
+
+@pytest.mark.parametrize("name", sorted(set(VARIANTS) - {"case"}))
+def test_each_variant_needs_its_normalisation(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Reverse proof: a gate that only case-folds and matches names whole misses every variant but case."""
+    import ragspine.agent.security_gate as module
+
+    monkeypatch.setattr(module, "fold", _naive_fold)
+    monkeypatch.setattr(module, "_spaced", lambda alias: module.re.escape(alias.replace(" ", "")))
+    naive = SecurityGate.from_profile()
+    assert naive.detect(VARIANTS[name][0]).external_entity is None
+    assert naive.detect("Globex revenue").external_entity == "GLOBEX"  # the naive gate still works at all
+
+
+def test_variants_do_not_catch_home_words(gate: SecurityGate) -> None:
+    for text in ("global exchange rates", "ACME 环境 报告", "ｇｌｏｂａｌ revenue", "re globexia"):
+        assert gate.detect(text).external_entity is None, text

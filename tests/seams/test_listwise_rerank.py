@@ -233,7 +233,7 @@ def test_parse_response_round_trips_a_deterministic_provider_answer() -> None:
     from ragspine.retrieval.link.providers import DeterministicProvider
 
     prompt = build_listwise_prompt("acme revenue", ["weather", "acme revenue fell", "acme hired"])
-    answer = DeterministicProvider().chat([{"role": "user", "content": prompt}])
+    answer = DeterministicProvider().reply([{"role": "user", "content": prompt}])
     assert parse_listwise_response(answer, 3) == [1, 2, 0]
 
 

@@ -14,6 +14,7 @@ from ragspine.retrieval.link.providers import (
     OpenAICompatibleProvider,
     make_llm_provider,
 )
+from ragspine.retrieval.llm.completion import ChatCompletion, completion, reply_text
 from ragspine.retrieval.rerank.listwise_rerank import build_listwise_prompt, listwise_rerank
 from ragspine.settings import Settings
 from tests.seams.conftest import FakeOpenAIServer
@@ -30,7 +31,8 @@ class TestOpenAICompatible:
     def test_posts_chat_completions_and_returns_content(self, fake_openai: FakeOpenAIServer) -> None:
         fake_openai.reply_json(chat_reply("[2] > [1]"))
         provider = OpenAICompatibleProvider(fake_openai.url + "/", api_key="sk-x", model="qwen")
-        assert provider.chat(MESSAGES, temperature=0.3, max_tokens=20) == "[2] > [1]"
+        answer = provider.chat(MESSAGES, temperature=0.3, max_tokens=20)
+        assert isinstance(answer, ChatCompletion) and reply_text(answer) == "[2] > [1]"
         request = fake_openai.requests[0]
         assert request["path"] == "/v1/chat/completions"
         assert request["json"] == {
@@ -97,17 +99,21 @@ class TestDeterministicProvider:
             "why did acme revenue fall", ["weather report", "acme revenue fell", "acme hired staff"]
         )
         provider = DeterministicProvider()
-        answer = provider.chat([{"role": "system", "content": "x"}, {"role": "user", "content": prompt}])
+        answer = reply_text(
+            provider.chat([{"role": "system", "content": "x"}, {"role": "user", "content": prompt}])
+        )
         assert answer == "[1] > [2] > [0]"
-        assert provider.chat([{"role": "user", "content": prompt}]) == answer  # same input, same output
+        assert (
+            reply_text(provider.chat([{"role": "user", "content": prompt}])) == answer
+        )  # same input, output
 
     def test_chinese_overlap(self) -> None:
         prompt = build_listwise_prompt("营收下滑的原因", ["天气晴朗", "营收下滑主要因为需求减弱"])
-        assert DeterministicProvider().chat([{"role": "user", "content": prompt}]) == "[1] > [0]"
+        assert DeterministicProvider().reply([{"role": "user", "content": prompt}]) == "[1] > [0]"
 
     def test_other_prompts_get_an_empty_reply(self) -> None:
-        assert DeterministicProvider().chat(MESSAGES) == ""
-        assert DeterministicProvider().chat([]) == ""
+        assert reply_text(DeterministicProvider().chat(MESSAGES)) == ""
+        assert DeterministicProvider().reply([]) == ""
 
     def test_satisfies_the_protocol(self) -> None:
         assert isinstance(DeterministicProvider(), LLMProvider)
@@ -125,25 +131,19 @@ class TestJudge:
         )
         assert ids(out) == ["b", "r", "a"]
 
-    def test_one_chat_call_with_the_prompt_and_temperature_zero(self) -> None:
-        calls: list[tuple[list[dict[str, str]], float, int | None]] = []
+    def test_one_chat_call_with_the_prompt_and_only_the_published_arguments(self) -> None:
+        calls: list[tuple[list[dict[str, str]], dict[str, Any]]] = []
 
-        class Recorder:
-            def chat(
-                self,
-                messages: list[dict[str, str]],
-                *,
-                temperature: float = 0.0,
-                max_tokens: int | None = None,
-            ) -> str:
-                calls.append((messages, temperature, max_tokens))
-                return "[2] > [0]"
+        class Recorder:  # built to the published seam: chat(messages, *, tools=None) -> ChatCompletion
+            def chat(self, messages: list[dict[str, str]], **kwargs: Any) -> ChatCompletion:
+                calls.append((messages, kwargs))
+                return completion("[2] > [0]")
 
-        assert ProviderListwiseJudge(Recorder(), max_tokens=50).judge("q", ["a", "b", "c"]) == [2, 0, 1]
+        assert ProviderListwiseJudge(Recorder()).judge("q", ["a", "b", "c"]) == [2, 0, 1]
         assert len(calls) == 1
-        messages, temperature, max_tokens = calls[0]
+        messages, kwargs = calls[0]
         assert messages[-1] == {"role": "user", "content": build_listwise_prompt("q", ["a", "b", "c"])}
-        assert (temperature, max_tokens) == (0.0, 50)
+        assert kwargs == {}
 
     def test_no_candidates_no_call(self) -> None:
         class Never:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ragspine.retrieval.llm.completion import ask
 from ragspine.retrieval.llm.prompts import chat_messages
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.retrieval.rerank.listwise_rerank import build_listwise_prompt, parse_listwise_response
@@ -16,15 +17,14 @@ class ProviderListwiseJudge:
     malformed answer parses to the identity order (see ``parse_listwise_response``).
     """
 
-    def __init__(self, provider: LLMProvider, *, max_tokens: int | None = None) -> None:
+    def __init__(self, provider: LLMProvider) -> None:
         self.provider = provider
-        self.max_tokens = max_tokens
 
     def judge(self, query: str, candidates: list[str]) -> list[int]:
         """A 0-based permutation of ``range(len(candidates))``, best first; ``[]`` (no call) for none."""
         if not candidates:
             return []
         messages = chat_messages(_SYSTEM_PROMPT, build_listwise_prompt(query, candidates))
-        # Temperature 0: the same candidates should get the same ranking run after run.
-        answer = self.provider.chat(messages, temperature=0.0, max_tokens=self.max_tokens)
+        # Only the published arguments (messages): a provider built to the published seam takes no more.
+        answer = ask(self.provider, messages)
         return parse_listwise_response(answer, len(candidates))

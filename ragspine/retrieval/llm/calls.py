@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ragspine.retrieval.llm.completion import ask
 from ragspine.retrieval.llm.providers import LLMProvider
 
 DEFAULT_LLM_DEADLINE_S = 5.0
@@ -99,7 +100,8 @@ def seconds_left(budget_s: float | None = None) -> float | None:
 
 
 def bounded_chat(provider: LLMProvider, messages: list[dict[str, str]], *, budget_s: float | None) -> str:
-    """``provider.chat(messages)`` bounded by the current deadline and ``budget_s``; the reply, stripped.
+    """The answer text of ``provider.chat(messages)`` (``completion.ask``) bounded by the current deadline
+    and ``budget_s``; stripped.
 
     Raises :class:`LLMUnavailable` for a timeout (``deadline_hit=True``), any provider error, or an empty
     reply. The abandoned call of a timeout finishes in its daemon thread (its HTTP timeout ends it).
@@ -115,7 +117,7 @@ def bounded_chat(provider: LLMProvider, messages: list[dict[str, str]], *, budge
 
         def run() -> None:
             try:
-                outcome["reply"] = provider.chat(messages)
+                outcome["reply"] = ask(provider, messages)
             except BaseException as exc:
                 outcome["error"] = exc
 

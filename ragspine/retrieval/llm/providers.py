@@ -1,5 +1,8 @@
 """LLM providers behind one small seam: an OpenAI-compatible HTTP client and an offline deterministic one.
 
+Both answer the published shape: ``chat(messages, *, tools=None)`` returns a ``ChatCompletion``
+(``ragspine.retrieval.llm.completion``), the text in ``choices[0].message.content``.
+
 ``post_json`` is the single stdlib HTTP helper that the OpenAI-compatible clients (chat here, embeddings
 in ``vector.embedding_backends``) share, so both report failures the same way.
 """
@@ -10,8 +13,10 @@ import json
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from typing import Any
 
+from ragspine.retrieval.llm.completion import ChatCompletion, ToolCall, Usage, completion
 from ragspine.retrieval.rerank.listwise_rerank import parse_listwise_prompt
 from ragspine.retrieval.seams import LLMProvider
 from ragspine.retrieval.text.tokenizer import tokenize
@@ -22,17 +27,25 @@ LLM_PROVIDER_CHOICES: tuple[str, ...] = ("none", "openai", "openai_compatible", 
 _BODY_EXCERPT_CHARS = 300
 
 
-def post_json(url: str, payload: dict[str, Any], *, api_key: str = "", timeout_s: float = 30.0) -> Any:
-    """POST ``payload`` as JSON to ``url`` and return the decoded JSON reply.
+def post_json(
+    url: str,
+    payload: dict[str, Any],
+    *,
+    api_key: str = "",
+    timeout_s: float = 30.0,
+    headers: dict[str, str] | None = None,
+) -> Any:
+    """POST ``payload`` as JSON to ``url`` and return the decoded JSON reply. ``api_key`` is sent as a
+    bearer token; ``headers`` are added as given (another API's key header, its version).
 
     Raises ``RuntimeError`` with the HTTP status and an excerpt of the body for an HTTP error, with the
     timeout for a timeout, with the reason for a connection failure, and for a reply that is not JSON.
     """
     data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    sent = {"Content-Type": "application/json", "Accept": "application/json", **(headers or {})}
     if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        sent["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(url, data=data, headers=sent, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = response.read()
@@ -75,9 +88,12 @@ class OpenAICompatibleProvider:
 
     ``timeout_s`` bounds each request in seconds. ``retries`` more attempts follow a transport failure, a
     timeout or an HTTP 5xx/429 (never a 4xx or a malformed reply), ``retry_backoff_s`` apart (doubling).
-    ``chat`` raises ``ValueError`` for malformed messages and ``RuntimeError`` for HTTP errors (status and
-    body excerpt), timeouts, and replies without ``choices[0].message.content``. ``tools`` (OpenAI
-    function-tool dicts) are sent as the request's ``tools`` when given.
+    ``chat`` returns the server's reply as a ``ChatCompletion`` (text, tool calls, usage, model, id). It
+    raises ``ValueError`` for malformed messages and ``RuntimeError`` for HTTP errors (status and body
+    excerpt), timeouts, and replies without ``choices[0].message`` (or with content that is not text).
+    ``tools`` (OpenAI function-tool dicts) are sent as the request's ``tools`` when given; ``temperature``
+    (0 by default, so the same prompt ranks the same way run after run) and ``max_tokens`` are this
+    client's own options beyond the published seam.
     """
 
     def __init__(
@@ -107,13 +123,13 @@ class OpenAICompatibleProvider:
 
     def chat(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         *,
+        tools: list[dict[str, Any]] | None = None,
         temperature: float = 0.0,
         max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> str:
-        """The assistant's reply text for ``messages``."""
+    ) -> ChatCompletion:
+        """The server's completion for ``messages``."""
         if not isinstance(messages, list) or not messages:
             raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
         for message in messages:
@@ -133,14 +149,18 @@ class OpenAICompatibleProvider:
         url = f"{self.base_url}/chat/completions"
         reply = self._post(url, payload)
         try:
-            content = reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
+            choice0 = reply["choices"][0]
+            message = choice0["message"]
+            content = message.get("content") if message.get("tool_calls") else message["content"]
+        except (KeyError, IndexError, TypeError, AttributeError):
             raise RuntimeError(
                 f"POST {url} returned no choices[0].message.content: {_excerpt(json.dumps(reply).encode())}"
             ) from None
-        if not isinstance(content, str):
+        if content is None and not message.get("tool_calls"):
+            raise RuntimeError(f"POST {url} returned null content and no tool calls in choices[0].message")
+        if content is not None and not isinstance(content, str):
             raise RuntimeError(f"POST {url} returned non-text content: {content!r}")
-        return content
+        return _completion_of(reply, content, message, choice0)
 
     def _post(self, url: str, payload: dict[str, Any]) -> Any:
         delay = self.retry_backoff_s
@@ -148,14 +168,41 @@ class OpenAICompatibleProvider:
             try:
                 return post_json(url, payload, api_key=self.api_key, timeout_s=self.timeout_s)
             except RuntimeError as exc:
-                if attempt == self.retries or not _retryable(str(exc)):
+                if attempt == self.retries or not retryable_error(str(exc)):
                     raise
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _retryable(message: str) -> bool:
+def _completion_of(reply: dict[str, Any], content: str | None, message: Any, choice0: Any) -> ChatCompletion:
+    """The wire reply as a ``ChatCompletion`` (the first choice; tool calls and usage when present)."""
+    calls = [
+        ToolCall(str(c.get("id", "")), dict(c.get("function") or {}), str(c.get("type", "function")))
+        for c in message.get("tool_calls") or ()
+        if isinstance(c, dict)
+    ]
+    raw_usage = reply.get("usage")
+    usage = None
+    if isinstance(raw_usage, dict):
+        counts = {k: raw_usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+        usage = Usage(**{k: v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)})
+    finish = choice0.get("finish_reason") if isinstance(choice0, dict) else None
+    out = completion(
+        content,
+        model=str(reply.get("model") or ""),
+        tool_calls=calls,
+        usage=usage,
+        finish_reason=finish if isinstance(finish, str) else "stop",
+    )
+    if isinstance(reply.get("id"), str) and reply["id"]:
+        out = replace(out, id=reply["id"])
+    if isinstance(reply.get("created"), int):
+        out = replace(out, created=reply["created"])
+    return out
+
+
+def retryable_error(message: str) -> bool:
     """Transport failures, timeouts, 429 and 5xx are worth another attempt; 4xx and bad bodies are not."""
     if "returned a body that is not JSON" in message:
         return False
@@ -172,17 +219,24 @@ class DeterministicProvider:
     the prompt numbers them) ranking the passages by how many distinct query tokens each contains (ties
     keep the given order); a query-time stage prompt (``ragspine.retrieval.llm.prompts``) gets
     ``deterministic_reply``. Any other prompt gets an empty reply. Same input, same output, in every process.
+    ``chat`` answers a ``ChatCompletion`` (the published seam); ``reply`` is the same text as a string.
     """
+
+    model = "ragspine-deterministic"
 
     def chat(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         *,
+        tools: list[dict[str, Any]] | None = None,
         temperature: float = 0.0,
         max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> str:
-        """A deterministic reply to the last user message."""
+    ) -> ChatCompletion:
+        """A deterministic completion answering the last user message."""
+        return completion(self.reply(messages), model=self.model)
+
+    def reply(self, messages: list[dict[str, Any]]) -> str:
+        """The deterministic answer text for ``messages``."""
         prompt = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
         if not isinstance(prompt, str):
             return ""

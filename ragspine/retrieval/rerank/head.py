@@ -2,8 +2,9 @@
 (cross-encoder, ColBERT, SPLADE, remote worker) or, failing one, a listwise LLM judge.
 
 A reranker that does not read the query's language leaves the RRF order (an English-only model reorders a
-Chinese query's head close to randomly), said in ``skipped``; a reranker that fails leaves it too, said in
-``degraded``. RESTRICTED results are never sent to either (``pointwise`` / ``listwise_rerank``).
+Chinese query's head close to randomly), said in ``skipped``; a reranker or listwise judge that fails
+leaves it too, said in ``degraded`` with its error. RESTRICTED results are never sent to either
+(``pointwise`` / ``listwise_rerank``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ragspine.retrieval.rerank.listwise_rerank import listwise_rerank
+from ragspine.retrieval.rerank.listwise_rerank import judged_rerank
 from ragspine.retrieval.rerank.pointwise import rerank_with
 from ragspine.retrieval.results import RetrievalResult
 from ragspine.retrieval.seams import ListwiseJudge, Reranker
@@ -57,6 +58,9 @@ class RerankStage:
                 out.degraded.append("rerank")
                 out.errors["rerank"] = outcome.error
         elif self.judge is not None:
-            out.results = listwise_rerank(query, results, self.judge, top_n=top_n)
+            out.results, error = judged_rerank(query, results, self.judge, top_n=top_n)
+            if error:
+                out.degraded.append("rerank")
+                out.errors["rerank"] = error
         out.elapsed_ms = (time.perf_counter() - started) * 1000.0
         return out

@@ -11,6 +11,7 @@ Numbering is 0-based throughout, as in the published package: the prompt lists c
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
@@ -18,12 +19,15 @@ from typing import TypeVar
 from ragspine.retrieval.constants import DEFAULT_TOP_N, RESTRICTED_SENSITIVITY, is_restricted
 from ragspine.retrieval.seams import ListwiseJudge
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "RESTRICTED_SENSITIVITY",
     "ListwiseJudge",
     "build_listwise_prompt",
     "complete_order",
     "is_open_result",
+    "judged_rerank",
     "listwise_rerank",
     "parse_listwise_prompt",
     "parse_listwise_response",
@@ -139,26 +143,38 @@ def listwise_rerank(
     order. The judge's answer is completed as in ``parse_listwise_response``: repeats and out-of-range
     indices are dropped and open results it leaves out follow in their incoming order. With no judge, or
     no open result, the judge is not called and the incoming (RRF) order is kept; a judge exception or an
-    answer that is not a list keeps it too. ``top_n`` that is not a positive integer gives ``[]``.
-    Never raises.
+    answer that is not a list keeps it too (logged; ``judged_rerank`` also returns the error). ``top_n``
+    that is not a positive integer gives ``[]``. Never raises.
     """
+    return judged_rerank(query, results, judge, top_n=top_n)[0]
+
+
+def judged_rerank(
+    query: str, results: Sequence[_T], judge: ListwiseJudge | None, *, top_n: int = DEFAULT_TOP_N
+) -> tuple[list[_T], str]:
+    """``listwise_rerank`` and why the incoming order was kept ("" when the judge's order was used or the
+    judge was not called), for a caller that reports it."""
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n <= 0:
-        return []
+        return [], ""
     ranked = list(results)
     if judge is None:
-        return ranked[:top_n]
+        return ranked[:top_n], ""
     open_positions = [i for i, r in enumerate(ranked) if is_open_result(r)]
     if not open_positions:
-        return ranked[:top_n]
+        return ranked[:top_n], ""
     open_results = [ranked[i] for i in open_positions]
     try:
         candidates = [str(r.chunk.text) for r in open_results]  # type: ignore[attr-defined]
         answer = judge.judge(query, candidates)
-        if not isinstance(answer, list | tuple):
-            return ranked[:top_n]  # not a ranking at all: keep the RRF order
+        if not isinstance(answer, list | tuple):  # not a ranking at all: keep the RRF order
+            error = f"the listwise judge answered {type(answer).__name__}, not a list of indices"
+            log.warning("listwise rerank kept the incoming order: %s", error)
+            return ranked[:top_n], error
         order = complete_order(answer, len(open_results))
-    except Exception:
-        return ranked[:top_n]  # RRF fallback: the judge is an optional brain, never a point of failure
+    except Exception as exc:  # RRF fallback: the judge is an optional brain, never a point of failure
+        error = f"listwise judge failed: {type(exc).__name__}: {exc}"
+        log.warning("listwise rerank kept the incoming order: %s", error)
+        return ranked[:top_n], error
     for position, index in zip(open_positions, order, strict=True):
         ranked[position] = open_results[index]
-    return ranked[:top_n]
+    return ranked[:top_n], ""
