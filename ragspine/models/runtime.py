@@ -82,6 +82,14 @@ class TorchOrOnnx:
 class ModelReranker(TorchOrOnnx):
     """A reranker over a transformers checkpoint that runs on torch or on an ONNX export of it."""
 
+    def score(self, query: str, texts: list[str]) -> list[float]:  # pragma: no cover - subclasses define it
+        raise NotImplementedError
+
+    def judge(self, query: str, candidates: list[str]) -> list[int]:
+        """The ``ListwiseJudge`` seam: indices of ``candidates`` best first (ties keep their order)."""
+        scores = self.score(query, list(candidates))
+        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
     def _start(
         self,
         model_name_or_path: str | Path,

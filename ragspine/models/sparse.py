@@ -204,3 +204,8 @@ class SpladeReranker:
             return []
         q = self.encoder.encode_queries([query])[0]
         return [sparse_dot(q, d) for d in self.encoder.encode(items)]
+
+    def judge(self, query: str, candidates: list[str]) -> list[int]:
+        """The ``ListwiseJudge`` seam: indices of ``candidates`` best first (ties keep their order)."""
+        scores = self.score(query, list(candidates))
+        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))

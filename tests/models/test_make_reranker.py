@@ -10,10 +10,10 @@ import pytest
 from ragspine.retrieval.rerank.cross_encoder import (
     RERANKER_CHOICES,
     ColBERTReranker,
-    CrossEncoderReranker,
-    SpladeReranker,
     make_reranker,
 )
+from ragspine.retrieval.rerank.cross_encoder import CrossEncoderScorer as CrossEncoderReranker
+from ragspine.retrieval.rerank.cross_encoder import SpladeScorer as SpladeReranker
 from ragspine.settings import Settings
 
 

