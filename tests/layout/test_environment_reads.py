@@ -27,9 +27,10 @@ SCANNED = (
     ROOT / "clients" / "python" / "ragspine_client",
 )
 
-# Where reading the environment is the job: the settings module, the console script, the servers' entry
-# points (services/ragspine_services/local.py is none: it is handed Settings).
-READERS = ("ragspine/settings.py", "ragspine/cli/")
+# Where reading the environment is the job: the settings module, the published ``ServiceConfig.from_env``,
+# the console script, the servers' entry points (services/ragspine_services/local.py is none: it is handed
+# Settings).
+READERS = ("ragspine/settings.py", "ragspine/service/config.py", "ragspine/cli/")
 SERVER_ENTRY_POINTS = (
     "services/ragspine_services/front/server.py",
     "services/ragspine_services/worker/server.py",

@@ -26,6 +26,7 @@ from ragspine.common.registry import Registry
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.visual.maxsim import maxsim_scores
 from ragspine.retrieval.visual.pages import page_locator
+from ragspine.settings import choice, is_off
 
 __all__ = [
     "COLPALI_MODEL_ENV",
@@ -257,9 +258,9 @@ def make_visual_embedder(spec: str | None = None, **kwargs: Any) -> VisualEmbedd
         spec = settings.visual_embedder
         if settings.visual_model and "model_name" not in kwargs:
             kwargs["model_name"] = settings.visual_model
-    name = (spec or "").strip().lower()
-    if name in ("", "none", "off"):
+    if spec is None or is_off(spec):
         return None
+    name = choice(spec)
     if name not in VISUAL_EMBEDDERS:
         log.warning("unknown visual embedder %r (choices: %s); visual retrieval stays off", spec, "colpali")
         return None
