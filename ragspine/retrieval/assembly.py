@@ -85,7 +85,7 @@ def resolve_reranker(settings: Settings, sparse_encoder: SparseEncoder | None = 
     kwargs: dict[str, Any] = {}
     if name == "splade":
         if sparse_encoder is not None and settings.reranker_model in ("", settings.sparse_model):
-            shared: Reranker = module.SpladeReranker(encoder=sparse_encoder)
+            shared: Reranker = module.SpladeScorer(encoder=sparse_encoder)
             return shared
         from ragspine.models.device import select_device
 

@@ -30,7 +30,8 @@ from ragspine.retrieval.chunking.layout_chunker import (
 )
 from ragspine.retrieval.chunking.semantic_chunker import SemanticChunker
 from ragspine.retrieval.chunking.sentence_window_chunker import SentenceWindowChunker
-from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
+from ragspine.retrieval.chunking.spans import line_spans
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, para_locator
 from ragspine.settings import Settings
 from tests.chunking.provenance import assert_provenance
 from tests.chunking.samples import (
@@ -109,6 +110,16 @@ def test_the_provenance_checker_catches_a_broken_chunker(breaker: Any, message: 
 
 
 # ---------------------------------------------------------------- the families
+def parent_text(kids: list[Chunk], text: str) -> str:
+    """The source span of one parent, from its first child's first line to its last child's last line."""
+    lines = line_spans(text)
+    return text[lines[kids[0].para_start - 1][0] : lines[kids[-1].para_end - 1][1]]
+
+
+def parent_texts(chunks: list[Chunk], text: str) -> list[str]:
+    return [parent_text(kids, text) for kids in group_children_by_parent(chunks).values()]
+
+
 def _clause_lines(text: str) -> list[str]:
     return [
         ln for ln in text.split("\n") if ln.startswith("Article") or (ln.startswith("第") and "条" in ln[:6])
@@ -121,23 +132,24 @@ def test_laws_start_a_section_at_every_clause(text: str) -> None:
     assert_provenance(chunks, text, META)
     clauses = _clause_lines(text)
     assert len(clauses) >= 5
-    windows = [kids[0].window_text for kids in group_children_by_parent(chunks).values()]
+    windows = parent_texts(chunks, text)
     # Every clause sits in exactly one parent, and no parent holds two clauses.
     for clause in clauses:
         assert sum(clause in w for w in windows) == 1, clause
     assert all(sum(c in w for c in clauses) <= 1 for w in windows)
     # Plain layout (short-line headings only) keeps several clauses in one section.
-    layout_windows = [
-        k[0].window_text for k in group_children_by_parent(LayoutAwareChunker().chunk(text, META)).values()
-    ]
+    layout_windows = parent_texts(LayoutAwareChunker().chunk(text, META), text)
     assert any(sum(c in w for c in clauses) >= 2 for w in layout_windows)
 
 
 def test_laws_headings_are_clause_labels() -> None:
     zh = LawsChunker().chunk(ZH_LAW, META)
     assert [c.heading for c in zh if c.text.startswith("第四条")] == ["第四条"]
-    # A chapter line right before a clause joins it: the heading is the path.
-    assert [c.heading for c in zh if c.text.startswith("第一章")] == ["第一章 总则 / 第一条"]
+    # Every heading starts a section (ADR 0016 §3): the chapter line right before a clause is its own.
+    assert [(c.heading, c.text) for c in zh if c.text.startswith("第一章")] == [
+        ("第一章 总则", "第一章 总则")
+    ]
+    assert [c.heading for c in zh if c.text.startswith("第一条")] == ["第一条"]
     en = LawsChunker().chunk(EN_LAW, META)
     assert [c.heading for c in en if c.text.startswith("Article 4")] == ["Article 4"]
 
@@ -156,7 +168,7 @@ def test_qa_pairs_each_question_with_its_answer(text: str) -> None:
         assert len(owners) == 1, q
         kids = parents[owners[0]]
         assert kids[0].heading.endswith(q)
-        window = kids[0].window_text
+        window = parent_text(kids, text)
         assert q in window and sum(other in window for other in questions) == 1
         # The answer lines after the question (up to the next question) sit under the same parent.
         lines = text.split("\n")
@@ -214,8 +226,10 @@ def test_layout_children_stay_inside_their_parent() -> None:
     chunks = LayoutAwareChunker().chunk(text, meta, max_chars=120, overlap_chars=30)
     assert_provenance(chunks, text, meta)
     for pid, kids in group_children_by_parent(chunks).items():
-        assert len({(k.window_text, k.parent_locator, k.heading) for k in kids}) == 1, pid
-        assert all(k.text in k.window_text for k in kids)
+        assert len({k.heading for k in kids}) == 1, pid
+        assert all(k.text in parent_text(kids, text) for k in kids)
+    # The window and its locator are the parent-child preset's (ADR 0016 §3), not the layout chunker's.
+    assert all(c.window_text == "" and c.parent_locator == "" for c in chunks)
     ids = [c.parent_id for c in chunks]
     assert ids == sorted(ids, key=lambda p: int(p.split("#p")[1]))
 
@@ -226,27 +240,68 @@ def test_layout_caps_a_long_section_into_several_parents() -> None:
     assert_provenance(chunks, text, META)
     parents = group_children_by_parent(chunks)
     assert len(parents) > 3
-    assert all(len(kids[0].window_text) <= 300 for kids in parents.values())
+    assert all(len(parent_text(kids, text)) <= 300 for kids in parents.values())
     assert {k.heading for k in chunks} == {"One heading"}
 
 
-def test_parent_child_indexes_small_children_of_budget_sized_parents() -> None:
-    text, meta = FAMILY_SAMPLES["en_book"]
-    chunks = ParentChildChunker().chunk(text, meta, max_chars=240, overlap_chars=40)
+def _sections(text: str, chunker: LayoutAwareChunker) -> list[tuple[int, int]]:
+    """(first, last) 1-based paragraph numbers of each heading section of ``text``, by the chunker's rule."""
+    lines = line_spans(text)
+    starts = [i for i, (a, b) in enumerate(lines) if chunker._is_heading(text[a:b])]
+    if not starts or starts[0] != 0:
+        starts = [0, *starts]
+    ends = [*starts[1:], len(lines)]
+    return [(a + 1, b) for a, b in zip(starts, ends, strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("zh law", ZH_LAW), ("zh book", ZH_BOOK), ("en markdown", EN_BOOK), ("en law", EN_LAW)],
+)
+def test_parent_child_windows_are_whole_heading_sections(name: str, text: str) -> None:
+    """ADR 0016 §3: each child's window is its whole heading section, ``parent_locator`` that section's
+    real paragraph span, whatever its length; the children are the layout chunker's."""
+    meta = META
+    chunks = ParentChildChunker().chunk(text, meta, max_chars=120, overlap_chars=20)
     assert_provenance(chunks, text, meta)
-    assert all(len(c.text) <= 80 for c in chunks)
-    parents = group_children_by_parent(chunks)
-    assert all(len(kids[0].window_text) <= 240 for kids in parents.values())
-    assert any(len(kids) > 1 for kids in parents.values())
-    # Children never overlap: each one starts after the previous one ends.
-    for kids in parents.values():
-        window = kids[0].window_text
-        cursor = 0
-        for kid in kids:
-            pos = window.find(kid.text, cursor)
-            assert pos >= cursor
-            cursor = pos + len(kid.text)
-    assert all(len(c.text) <= 50 for c in ParentChildChunker(child_chars=50).chunk(text, meta))
+    layout = LayoutAwareChunker().chunk(text, meta, max_chars=120, overlap_chars=20)
+    assert [c.text for c in chunks] == [c.text for c in layout]  # the same children
+    lines = line_spans(text)
+    spans = _sections(text, LayoutAwareChunker())
+    sections = {para_locator("d.txt", a, b): text[lines[a - 1][0] : lines[b - 1][1]] for a, b in spans}
+    for chunk in chunks:
+        assert chunk.parent_locator in sections, (name, chunk.parent_locator)
+        assert chunk.window_text == sections[chunk.parent_locator]
+        assert chunk.text in chunk.window_text
+    assert {c.parent_locator for c in chunks} == set(sections)  # every section is some child's window
+
+
+def test_a_long_section_is_one_window() -> None:
+    """The measured bug: a 796-character section gave two windows (para1-4, para5-7); it is one."""
+    body = "\n".join(
+        f"Paragraph {i} " + "of the long section, with enough words to fill it. " * 2 for i in range(6)
+    )
+    text = "## One section\n" + body
+    assert 700 < len(text) < 900
+    chunks = ParentChildChunker().chunk(text, META, max_chars=240, overlap_chars=0)
+    assert {c.parent_locator for c in chunks} == {"d.txt#para1-7"}
+    assert {c.window_text for c in chunks} == {text.rstrip()}  # the section's stripped span
+
+
+def test_parent_child_small_children_option() -> None:
+    text, meta = FAMILY_SAMPLES["en_book"]
+    chunks = ParentChildChunker(child_chars=50).chunk(text, meta)
+    assert_provenance(chunks, text, meta)
+    assert all(len(c.text) <= 50 and c.text in c.window_text for c in chunks)
+    with pytest.raises(ValueError, match="child_chars"):
+        ParentChildChunker(child_chars=0)
+
+
+def test_only_the_parent_child_preset_adds_parent_keys() -> None:
+    for text in (ZH_LAW, EN_BOOK, ZH_FAQ):
+        for chunker in (LayoutAwareChunker(), LawsChunker(), BookChunker(), QaChunker()):
+            assert all(c.window_text == "" and c.parent_locator == "" for c in chunker.chunk(text, META))
+        assert all(c.window_text == "" and c.parent_locator == "" for c in chunk_document(text, META))
 
 
 def test_sentence_window_is_one_chunk_per_sentence_with_neighbours() -> None:

@@ -51,10 +51,9 @@ def assert_no_restricted_leak(snippets: list[dict[str, Any]], store: ChunkStore)
 
 
 def test_child_hit_yields_its_parent_as_prompt_text(tmp_path: Path) -> None:
-    retriever = _retriever(tmp_path, ParentChildChunker(), [(EN_LAW, LAW_META)])
+    retriever = _retriever(tmp_path, ParentChildChunker(child_chars=80), [(EN_LAW, LAW_META)])
     snippets = retriever.retrieve("fire drill record three years", top_k=3)
-    top = snippets[0]
-    assert "fire drill" in top["text"]
+    top = next(s for s in snippets if "fire drill" in s["text"])
     stored = retriever.index.store.get_chunks([top["chunk_id"]])[top["chunk_id"]]
     # text, chunk_id and source_locator stay the child's; the parent comes separately.
     assert (top["text"], top["source_locator"]) == (stored.text, stored.source_locator)
@@ -64,11 +63,12 @@ def test_child_hit_yields_its_parent_as_prompt_text(tmp_path: Path) -> None:
     assert all(PROMPT_TEXT_KEY in s for s in snippets)
 
 
-def test_qa_child_brings_the_whole_pair(tmp_path: Path) -> None:
+def test_only_the_parent_child_preset_expands(tmp_path: Path) -> None:
+    """ADR 0016 §3: the window is the parent-child preset's; the QA preset pairs a question with its
+    answer under one parent_id and adds no window, so its hits are not expanded."""
     retriever = _retriever(tmp_path, QaChunker(), [(EN_FAQ, FAQ_META)])
     top = retriever.retrieve("spare grippers portal", top_k=1)[0]
-    assert top[PROMPT_TEXT_KEY].startswith("Can I buy spare grippers separately?")
-    assert "five working days" in top[PROMPT_TEXT_KEY]
+    assert PROMPT_TEXT_KEY not in top and top["parent_locator"] == "" and top["parent_id"]
 
 
 def test_sentence_window_and_modes(tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_default_chunks_pass_through_without_a_store_read(tmp_path: Path) -> Non
 # ---------------------------------------------------------------- isolation
 def _mixed_law(tmp: Path) -> tuple[ChunkStore, list[Chunk]]:
     """The law chunked parent/child, with one child (the one opening Article 3) marked RESTRICTED."""
-    chunks = ParentChildChunker().chunk(EN_LAW, LAW_META, max_chars=480, overlap_chars=80)
+    chunks = ParentChildChunker(child_chars=80).chunk(EN_LAW, LAW_META, max_chars=480, overlap_chars=80)
     secret_at = next(i for i, c in enumerate(chunks) if "Article 3 An employer" in c.text)
     chunks[secret_at] = replace(chunks[secret_at], sensitivity="RESTRICTED")
     store = ChunkStore(tmp / "mixed.db")

@@ -8,23 +8,27 @@
 - ``QaChunker`` (``qa``): every question (a line starting ``Q:``, ``Question:``, ``问：``/``问:``, or a line
   ending with ``?``/``？``) starts a section, so a question and the answer lines after it share one
   ``parent_id`` (markdown headings start sections too). The heading is the question.
-- ``ParentChildChunker`` (``parent_child`` / ``small_to_big``): parents are packed up to ``max_chars`` (the
-  unit the default chunker would return) and break at headings; the indexed children are smaller,
-  ``child_chars`` each (default ``max_chars // 3``), and never overlap: the parent gives the context.
+- ``ParentChildChunker`` (``parent_child`` / ``small_to_big``): the layout chunker's children, each with
+  its whole heading section as ``window_text`` and the section's paragraph span as ``parent_locator``
+  (ADR 0016 §3); ``child_chars`` optionally makes the indexed children smaller.
 
-Budgets, ids, ``parent_id``, locators and the contiguous-substring guarantee are the base chunker's.
+Budgets, ids, ``parent_id``, locators and the contiguous-substring guarantee are the base chunker's; only
+the parent-child preset adds ``window_text`` / ``parent_locator``.
 """
 
 from __future__ import annotations
 
 import re
 
+from ragspine.retrieval.chunking.chunking import ParentFields
 from ragspine.retrieval.chunking.layout_chunker import (
     CN_NUM,
     LayoutAwareChunker,
     heading_label,
     is_heading,
 )
+from ragspine.retrieval.chunking.spans import Span
+from ragspine.retrieval.chunking.types import para_locator
 
 __all__ = ["BookChunker", "LawsChunker", "ParentChildChunker", "QaChunker"]
 
@@ -83,10 +87,13 @@ class QaChunker(LayoutAwareChunker):
 
 
 class ParentChildChunker(LayoutAwareChunker):
-    """Small-to-big: parents of ``max_chars`` (breaking at headings), indexed children of ``child_chars``.
+    """Small-to-big (ADR 0016 §3): the layout chunker's children, each carrying its whole heading section as
+    ``window_text`` and the section's real paragraph span as ``parent_locator``, so a precise child hit
+    expands to its section.
 
-    ``child_chars`` default: ``max(1, max_chars // 3)`` per call. Raises ``ValueError`` for a non-positive
-    ``child_chars``.
+    ``child_chars`` makes the indexed children smaller than ``max_chars`` (and without overlap: the
+    section gives the context); None keeps the layout chunker's children. Raises ``ValueError`` for a
+    non-positive ``child_chars``.
     """
 
     name = "parent_child"
@@ -99,6 +106,14 @@ class ParentChildChunker(LayoutAwareChunker):
             raise ValueError(f"child_chars must be a positive integer, got {child_chars!r}")
         self.child_chars = child_chars
 
+    def _child_extra(self, text: str, lines: list[Span], prefix: str, first: int, last: int) -> ParentFields:
+        return {
+            "window_text": text[lines[first][0] : lines[last][1]],
+            "parent_locator": para_locator(prefix, first + 1, last + 1),
+        }
+
     def _budgets(self, max_chars: int, overlap_chars: int) -> tuple[int, int, int]:
-        child = min(self.child_chars or max(1, max_chars // 3), max_chars)
-        return max_chars, child, 0
+        parent, child, overlap = super()._budgets(max_chars, overlap_chars)
+        if self.child_chars is None:
+            return parent, child, overlap
+        return parent, min(self.child_chars, max_chars), 0

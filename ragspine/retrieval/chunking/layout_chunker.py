@@ -3,20 +3,22 @@
 Rules:
 
 1. Paragraphs are the stripped non-blank lines, numbered from 1 (``spans.line_spans``).
-2. A line for which ``is_heading`` holds starts a new *section*; lines before the first heading form a
-   preamble section with an empty heading. A section longer than the parent budget is split into several
-   parents at line boundaries (a single line longer than the budget is its own parent).
+2. A line for which ``is_heading`` holds starts a new *section*, every one of them (a chapter heading right
+   before a clause heading is a section of its own); lines before the first heading form a preamble
+   section with an empty heading. A section longer than the parent budget is split into several parents at
+   line boundaries (a single line longer than the budget is its own parent).
 3. Inside each parent, lines are packed greedily into *children* of at most ``max_chars`` characters with
    whole-line overlap of at most ``overlap_chars`` (a line longer than ``max_chars`` is split at sentence
    enders, then hard-cut, with no overlap). Children never cross a parent boundary.
-4. Every child carries ``parent_id`` (``"{doc_id}#p{k}"``, dense from 0), ``heading`` (the section's heading
-   line without markdown ``#`` marks), ``window_text`` (the parent's text: a contiguous substring of the
-   source, used only to build a generation-time ``prompt_text``) and ``parent_locator`` (the parent's
-   ``"{prefix}#para{a}-{b}"``). ``text``, ``chunk_id`` and ``source_locator`` follow the default chunker's
-   format, and ``text`` is always a contiguous substring of the source.
+4. Every child carries ``parent_id`` (``"{doc_id}#p{k}"``, dense from 0) and ``heading`` (the section's
+   heading line without markdown ``#`` marks). ``text``, ``chunk_id`` and ``source_locator`` follow the
+   default chunker's format, and ``text`` is always a contiguous substring of the source.
+5. ``_child_extra(text, prefix, first, last)`` adds fields for the section of lines ``first..last``; here
+   nothing (ADR 0016 §3: ``window_text`` / ``parent_locator`` are the parent-child preset's, which returns
+   the whole section's text and its real paragraph span).
 
-Subclasses change only heading detection (``_is_heading`` / ``_heading_label``) and, for parent/child, the
-two budgets; everything else is inherited.
+Subclasses change only heading detection (``_is_heading`` / ``_heading_label``) and the extra fields;
+everything else is inherited.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Sequence
 from ragspine.retrieval.chunking.base import BaseChunker
 from ragspine.retrieval.chunking.chunking import ParentFields, span_chunk
 from ragspine.retrieval.chunking.spans import Span, line_spans, line_units, pack_units
-from ragspine.retrieval.chunking.types import Chunk, DocumentMeta, para_locator
+from ragspine.retrieval.chunking.types import Chunk, DocumentMeta
 
 __all__ = ["DEFAULT_PARENT_FACTOR", "LayoutAwareChunker", "group_children_by_parent", "is_heading"]
 
@@ -104,6 +106,11 @@ class LayoutAwareChunker(BaseChunker):
     def _heading_label(self, line: str) -> str:
         return heading_label(line)
 
+    def _child_extra(self, text: str, lines: list[Span], prefix: str, first: int, last: int) -> ParentFields:
+        """Fields every child of the section of lines ``first..last`` carries besides ``parent_id`` and
+        ``heading``: none here (the parent-child preset adds its window)."""
+        return {}
+
     def _budgets(self, max_chars: int, overlap_chars: int) -> tuple[int, int, int]:
         """(parent budget, child budget, child overlap)."""
         parent = self.parent_max_chars or DEFAULT_PARENT_FACTOR * max_chars
@@ -119,14 +126,13 @@ class LayoutAwareChunker(BaseChunker):
         chunks: list[Chunk] = []
         parent_no = 0
         for first, last, heading in self._sections(text, lines):
+            extra = self._child_extra(text, lines, prefix, first, last)
             for p_first, p_last in self._parents(lines, first, last, parent_budget):
-                p_start, p_end = lines[p_first][0], lines[p_last][1]
                 # What every child of this parent carries besides its own span.
                 parent: ParentFields = {
                     "parent_id": f"{meta.doc_id}#p{parent_no}",
                     "heading": heading,
-                    "window_text": text[p_start:p_end],
-                    "parent_locator": para_locator(prefix, p_first + 1, p_last + 1),
+                    **extra,
                 }
                 parent_no += 1
                 units = line_units(text, lines, p_first, p_last, child_budget)
@@ -150,26 +156,7 @@ class LayoutAwareChunker(BaseChunker):
                 start = i
             heading = self._heading_label(line)
         sections.append((start, len(lines) - 1, heading))
-        # A section that is only its heading line ("第一章 总则" right before "第一条 ...") joins the next
-        # one, whose heading becomes the path "outer / inner".
-        merged: list[tuple[int, int, str]] = []
-        pending: tuple[int, str] | None = None
-        for first, last, label in sections:
-            # Only a bare heading (short, not a sentence) waits for its body; a clause line is its own body.
-            heading_only = (
-                first == last
-                and bool(label)
-                and last < len(lines) - 1
-                and is_heading(text[slice(*lines[first])])
-            )
-            if pending is not None:
-                first, label = pending[0], " / ".join(p for p in (pending[1], label) if p)
-                pending = None
-            if heading_only:
-                pending = (first, label)
-                continue
-            merged.append((first, last, label))
-        return merged
+        return sections
 
     @staticmethod
     def _parents(lines: list[Span], first: int, last: int, budget: int) -> list[tuple[int, int]]:
