@@ -16,6 +16,7 @@ from datetime import date
 from typing import Any, Protocol, runtime_checkable
 
 from ragspine.agent.security_gate import SecurityGate
+from ragspine.common.choices import UnavailableChoice, nothing, published_fallback
 from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S, LLMCaller, LLMUnavailable
 from ragspine.retrieval.llm.prompts import TASK_DECOMPOSE, build_prompt, reply_lines, split_parts
 from ragspine.retrieval.llm.providers import LLMProvider
@@ -99,6 +100,7 @@ class LLMQueryDecomposer(LLMCaller):
         return reply_lines(reply, limit=self.max_subquestions) or [question]
 
 
+@published_fallback(nothing, "no decomposition")
 def make_decomposer(
     spec: str | None = None, *, provider: LLMProvider | None = None, settings: Settings | None = None
 ) -> QueryDecomposer | None:
@@ -112,9 +114,9 @@ def make_decomposer(
         return HeuristicQueryDecomposer()
     if name == "llm":
         if provider is None:
-            raise ValueError("query decomposition 'llm' needs an LLM provider: pass provider=")
+            raise UnavailableChoice("query decomposition 'llm' needs an LLM provider: pass provider=")
         return LLMQueryDecomposer(provider)
-    raise ValueError(f"unknown query decomposer {spec!r}; choices: {', '.join(DECOMPOSE_CHOICES)}")
+    raise UnavailableChoice(f"unknown query decomposer {spec!r}; choices: {', '.join(DECOMPOSE_CHOICES)}")
 
 
 class DecomposingRetriever(Stage):

@@ -34,6 +34,7 @@ from ragspine.agent.decompose import DECOMPOSE_CHOICES
 from ragspine.agent.query_transform import ADAPTIVE_CHOICES, QUERY_TRANSFORM_CHOICES
 from ragspine.agent.security_gate import SecurityGate
 from ragspine.agent.stack import build_query_stack
+from ragspine.common.choices import strict_choices
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.corrective import CORRECTIVE_CHOICES
 from ragspine.retrieval.filtering.automatic import make_filter_extractor
@@ -187,7 +188,8 @@ class QueryStageMenu:
                 raise ValueError(
                     f"postprocessor {bad[0]!r} is not offered; use a comma list of {', '.join(offered)}"
                 )
-            make_postprocessor(",".join(parts) or OFF)  # a repeated stage raises ValueError here
+            with strict_choices():
+                make_postprocessor(",".join(parts) or OFF)  # a repeated stage raises ValueError here
             return ",".join(POSTPROCESSORS.canonical(p) for p in parts) or OFF
         canonical = choice(value).replace("-", "_")
         if name == "filter_extractor" and canonical == "vocab":
@@ -327,7 +329,8 @@ def _postprocess(
     spec: str, query: str, snippets: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], StageReport]:
     t0 = time.perf_counter()
-    processor = make_postprocessor(spec)
+    with strict_choices():
+        processor = make_postprocessor(spec)
     out = processor.postprocess(query, list(snippets)) if processor is not None else list(snippets)
     report = StageReport("postprocess", actions=spec.split(","))
     report.timings_ms["total"] = (time.perf_counter() - t0) * 1e3

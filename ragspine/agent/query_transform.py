@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ragspine.agent.decompose import HeuristicQueryDecomposer, LLMQueryDecomposer, QueryDecomposer
 from ragspine.agent.security_gate import SecurityGate
+from ragspine.common.choices import UnavailableChoice, base_retriever, nothing, published_fallback
 from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S, LLMCaller, LLMUnavailable
 from ragspine.retrieval.llm.prompts import (
     TASK_CLASSIFY,
@@ -215,6 +216,7 @@ class AdaptiveDecomposer:
         return self.inner.decompose(question, reference_date=reference_date)
 
 
+@published_fallback(base_retriever, "the base retriever is used without a query transform")
 def make_query_transform(
     base: NarrativeRetriever,
     spec: str | None = None,
@@ -234,9 +236,10 @@ def make_query_transform(
     if name == OFF:
         return base
     if name not in QUERY_TRANSFORM_CHOICES:
-        raise ValueError(f"unknown query transform {spec!r}; choices: {', '.join(QUERY_TRANSFORM_CHOICES)}")
+        choices = ", ".join(QUERY_TRANSFORM_CHOICES)
+        raise UnavailableChoice(f"unknown query transform {spec!r}; choices: {choices}")
     if provider is None:
-        raise ValueError(
+        raise UnavailableChoice(
             f"query transform {name!r} needs an LLM provider: pass provider= (make_llm_provider) or set "
             "RAGSPINE_LLM_PROVIDER / RAGSPINE_LLM_BASE_URL"
         )
@@ -250,6 +253,7 @@ def make_query_transform(
     return RAGFusionRetriever(base, provider, **options)
 
 
+@published_fallback(nothing, "no adaptive routing")
 def make_adaptive_decomposer(
     spec: str | None = None, *, provider: LLMProvider | None = None, **kwargs: object
 ) -> QueryDecomposer | None:
@@ -263,11 +267,11 @@ def make_adaptive_decomposer(
     if name == OFF:
         return None
     if name not in ADAPTIVE_CHOICES:
-        raise ValueError(f"unknown adaptive router {spec!r}; choices: {', '.join(ADAPTIVE_CHOICES)}")
+        raise UnavailableChoice(f"unknown adaptive router {spec!r}; choices: {', '.join(ADAPTIVE_CHOICES)}")
     budget = float(kwargs.get("budget_s", DEFAULT_LLM_DEADLINE_S))  # type: ignore[arg-type]
     inner = LLMQueryDecomposer(provider, budget_s=budget) if provider is not None else None
     if name == "llm":
         if provider is None:
-            raise ValueError("adaptive router 'llm' needs an LLM provider: pass provider=")
+            raise UnavailableChoice("adaptive router 'llm' needs an LLM provider: pass provider=")
         return AdaptiveDecomposer(LLMComplexityClassifier(provider, budget_s=budget), inner)
     return AdaptiveDecomposer(HeuristicComplexityClassifier(), inner)

@@ -19,6 +19,7 @@ from typing import Any
 from ragspine.agent.decompose import DecomposingRetriever, make_decomposer
 from ragspine.agent.query_transform import AdaptiveDecomposer, make_adaptive_decomposer, make_query_transform
 from ragspine.agent.security_gate import SecurityGate
+from ragspine.common.choices import strict_choices
 from ragspine.retrieval.corrective import make_corrective_retriever
 from ragspine.retrieval.llm.calls import DEFAULT_LLM_DEADLINE_S
 from ragspine.retrieval.llm.providers import LLMProvider
@@ -49,12 +50,13 @@ def build_query_stack(
     if all(s == OFF for s in selected):
         return base
     gate = security_gate if security_gate is not None else SecurityGate.from_profile()
-    retriever = make_corrective_retriever(base, settings.corrective, security_gate=gate)
-    retriever = make_query_transform(
-        retriever, settings.query_transform, provider=provider, security_gate=gate, budget_s=budget
-    )
-    decomposer = make_decomposer(settings.query_decompose, provider=provider)
-    router = make_adaptive_decomposer(settings.adaptive, provider=provider, budget_s=budget)
+    with strict_choices():  # this service's settings: a choice it cannot honour is an error, not a no-op
+        retriever = make_corrective_retriever(base, settings.corrective, security_gate=gate)
+        retriever = make_query_transform(
+            retriever, settings.query_transform, provider=provider, security_gate=gate, budget_s=budget
+        )
+        decomposer = make_decomposer(settings.query_decompose, provider=provider)
+        router = make_adaptive_decomposer(settings.adaptive, provider=provider, budget_s=budget)
     if isinstance(router, AdaptiveDecomposer):
         # The router picks the route; the multi-part route splits with the decomposer that
         # RAGSPINE_QUERY_DECOMPOSE names (the heuristic splitter when none is named).

@@ -37,7 +37,7 @@ Unknown keys are refused with a ``ValueError`` naming them, so a typo never sile
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from ragspine.common.sensitivity import SENSITIVITY_LEVELS, SensitivityPolicy, c
 COMPANY_CONFIG_ENV = "RAGSPINE_COMPANY_CONFIG"
 
 
-@dataclass
+@dataclass(frozen=True)
 class DimensionSpec:
     """One controlled dimension (metric, channel, period, ...): its synonyms map raw text to codes."""
 
@@ -74,7 +74,7 @@ class DimensionSpec:
         return list(seen)
 
 
-@dataclass
+@dataclass(frozen=True)
 class DomainProfile:
     """The controlled vocabularies of one deployment (see the module docstring for the TOML layout)."""
 
@@ -211,8 +211,7 @@ def _policy(raw: Any, where: str) -> SensitivityPolicy:
         raise ValueError(
             f"{where}.default_level {policy.default_level!r} is not one of {', '.join(SENSITIVITY_LEVELS)}"
         )
-    policy.default_level = level
-    return check_policy(policy, where)
+    return check_policy(replace(policy, default_level=level), where)
 
 
 def _dimension(raw: Any, where: str) -> DimensionSpec:
@@ -223,9 +222,13 @@ def _dimension(raw: Any, where: str) -> DimensionSpec:
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise ValueError(f"{where}.{key} is required (a non-empty string)")
     spec = DimensionSpec(**raw)
-    for key in ("synonyms", "units", "labels", "derivation"):
-        setattr(spec, key, _str_map(getattr(spec, key), f"{where}.{key}"))
-    return spec
+    return replace(
+        spec,
+        synonyms=_str_map(spec.synonyms, f"{where}.synonyms"),
+        units=_str_map(spec.units, f"{where}.units"),
+        labels=_str_map(spec.labels, f"{where}.labels"),
+        derivation=_str_map(spec.derivation, f"{where}.derivation"),
+    )
 
 
 def profile_from_mapping(data: dict[str, Any], *, source: str = "profile") -> DomainProfile:

@@ -33,7 +33,7 @@ MAX_LABEL_CHARS = 64
 _LEVELS = frozenset(SENSITIVITY_LEVELS)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SensitivityPolicy:
     """How documents are labelled: the default level, what happens to an unknown label, and the filename
     patterns (``fnmatch``, case-insensitive) and keywords that make a document RESTRICTED on their own."""

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from itertools import combinations
 from typing import Any, Protocol, runtime_checkable
 
+from ragspine.common.choices import UnavailableChoice, nothing, published_fallback
 from ragspine.common.company_profile import DomainProfile, load_company_profile
 from ragspine.common.glossary import Vocabulary
 from ragspine.common.sensitivity import RESTRICTED
@@ -208,6 +209,7 @@ class LLMRelationExtractor:
 RELATION_EXTRACTOR_CHOICES: tuple[str, ...] = ("none", "cooccurrence", "llm")
 
 
+@published_fallback(nothing, "no relation extractor")
 def make_relation_extractor(
     spec: str | None = None,
     *,
@@ -226,6 +228,7 @@ def make_relation_extractor(
         return DeterministicRelationExtractor(profile)
     if name == "llm":
         if provider is None:
-            raise ValueError("relation extractor 'llm' needs an LLM provider (RAGSPINE_LLM_*)")
+            raise UnavailableChoice("relation extractor 'llm' needs an LLM provider (RAGSPINE_LLM_*)")
         return LLMRelationExtractor(provider, profile=profile, **kwargs)
-    raise ValueError(f"unknown relation extractor {spec!r}; choices: {', '.join(RELATION_EXTRACTOR_CHOICES)}")
+    choices = ", ".join(RELATION_EXTRACTOR_CHOICES)
+    raise UnavailableChoice(f"unknown relation extractor {spec!r}; choices: {choices}")

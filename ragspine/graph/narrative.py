@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ragspine.common.choices import UnavailableChoice, nothing, published_fallback
 from ragspine.retrieval.llm.completion import ask
 from ragspine.retrieval.llm.providers import LLMProvider
 from ragspine.settings import OFF, selected
@@ -206,7 +207,7 @@ class LLMCommunitySummarizer:
         return CommunitySummary(community.id, text, community.member_names, True, tuple(docs))
 
 
-@dataclass
+@dataclass(frozen=True)
 class NarrativeGraphPipeline:
     """Extraction → communities → summaries."""
 
@@ -228,6 +229,7 @@ class NarrativeGraphPipeline:
         return graph, summaries
 
 
+@published_fallback(nothing, "no narrative graph")
 def make_narrative_graph(
     spec: str | None = None, *, provider: LLMProvider | None = None, **kwargs: Any
 ) -> NarrativeGraphPipeline | None:
@@ -239,6 +241,6 @@ def make_narrative_graph(
         return None
     if name == "llm":
         if provider is None:
-            raise ValueError("narrative graph 'llm' needs an LLM provider (RAGSPINE_LLM_*)")
+            raise UnavailableChoice("narrative graph 'llm' needs an LLM provider (RAGSPINE_LLM_*)")
         return NarrativeGraphPipeline(LLMGraphExtractor(provider, **kwargs), LLMCommunitySummarizer(provider))
-    raise ValueError(f"unknown narrative graph {spec!r}; choices: none, llm")
+    raise UnavailableChoice(f"unknown narrative graph {spec!r}; choices: none, llm")

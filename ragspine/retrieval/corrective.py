@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ragspine.common.choices import UnavailableChoice, base_retriever, published_fallback
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
 from ragspine.retrieval.pipeline.relevance import STOPWORDS, query_coverage
 from ragspine.retrieval.seams import NarrativeRetriever
@@ -51,6 +52,7 @@ def content_terms(text: str) -> set[str]:
     return {t for t in tokenize(text) if t not in _STOPWORDS}
 
 
+@dataclass
 class LexicalOverlapGrader:
     """The best share of the query's content terms that one of the top 3 snippets contains (0.0–1.0).
 
@@ -187,6 +189,7 @@ class CorrectiveRetriever(Stage):
         return rewritten
 
 
+@published_fallback(base_retriever, "the base retriever is used without the corrective loop")
 def make_corrective_retriever(
     base: NarrativeRetriever,
     spec: str | None = None,
@@ -207,5 +210,5 @@ def make_corrective_retriever(
     if name == OFF:
         return base
     if name != "on":
-        raise ValueError(f"unknown corrective mode {spec!r}; choices: {', '.join(CORRECTIVE_CHOICES)}")
+        raise UnavailableChoice(f"unknown corrective mode {spec!r}; choices: {', '.join(CORRECTIVE_CHOICES)}")
     return CorrectiveRetriever(base, grader=grader, **kwargs)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ragspine.common.choices import UnavailableChoice, nothing, published_fallback
 from ragspine.common.registry import Registry
 from ragspine.retrieval.text.tokenizer import tokenize
 from ragspine.settings import OFF, Settings, choice
@@ -188,6 +189,7 @@ POSTPROCESSORS.register("compression", CompressionPostprocessor, aliases=("compr
 _OPTIONS = {"mmr": ("lambda_", "top_n"), "lost_in_middle": (), "compression": ("threshold", "compressor")}
 
 
+@published_fallback(nothing, "no postprocessor")
 def make_postprocessor(spec: str | None = None, **kwargs: object) -> NodePostprocessor | None:
     """The postprocessor (or chain, for a comma list) named by ``spec``; ``none``/blank → None.
 
@@ -205,7 +207,10 @@ def make_postprocessor(spec: str | None = None, **kwargs: object) -> NodePostpro
     names = [n for n in names if n != OFF]
     if not names:
         return None
-    canonical = [POSTPROCESSORS.canonical(n) for n in names]
+    try:
+        canonical = [POSTPROCESSORS.canonical(n) for n in names]
+    except ValueError as exc:  # an unknown name
+        raise UnavailableChoice(str(exc)) from None
     repeated = sorted({n for n in canonical if canonical.count(n) > 1})
     if repeated:
         raise ValueError(f"postprocessor {', '.join(repeated)} named twice in {spec!r}")

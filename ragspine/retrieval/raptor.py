@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ragspine.common.choices import UnavailableChoice, base_retriever, nothing, published_fallback
 from ragspine.retrieval.channels.fusion import rrf_fuse
 from ragspine.retrieval.chunking.types import Chunk
 from ragspine.retrieval.constants import DEFAULT_TOP_K, is_restricted
@@ -485,6 +486,7 @@ class RaptorRetriever:
         return [by_id[cid] for cid in order[:top_k]]
 
 
+@published_fallback(nothing, "no RAPTOR summarizer")
 def make_raptor_summarizer(
     spec: str | None = None, *, provider: LLMProvider | None = None, **kwargs: Any
 ) -> RaptorSummarizer | None:
@@ -506,11 +508,12 @@ def make_raptor_summarizer(
         return ExtractiveRaptorSummarizer(**kwargs)
     if name == "llm":
         if provider is None:
-            raise ValueError("the llm RAPTOR summarizer needs provider=... (an LLMProvider)")
+            raise UnavailableChoice("the llm RAPTOR summarizer needs provider=... (an LLMProvider)")
         return LLMRaptorSummarizer(provider, **kwargs)
-    raise ValueError(f"unknown RAPTOR summarizer {spec!r}; choose one of: extractive, llm, none")
+    raise UnavailableChoice(f"unknown RAPTOR summarizer {spec!r}; choose one of: extractive, llm, none")
 
 
+@published_fallback(base_retriever, "the base retriever is used without RAPTOR")
 def make_raptor_retriever(
     base: NarrativeRetriever,
     spec: str | None = None,
@@ -538,13 +541,13 @@ def make_raptor_retriever(
         return base
     granularity = "all" if name in ("on", "true", "1", "raptor") else normalize_granularity(name)
     if embedder is None:
-        raise ValueError("RAPTOR needs embedder=... to place the query among the tree's nodes")
+        raise UnavailableChoice("RAPTOR needs embedder=... to place the query among the tree's nodes")
     options = dict(kwargs)
     summary_top_k = options.pop("summary_top_k", DEFAULT_SUMMARY_TOP_K)
     chunks = options.pop("chunks", None)
     if tree is None:
         if chunks is None:
-            raise ValueError("RAPTOR needs tree=... or chunks=... to build one")
+            raise UnavailableChoice("RAPTOR needs tree=... or chunks=... to build one")
         tree = build_raptor_tree(chunks, embedder=embedder, **options)
     elif options:
         raise ValueError(f"options {sorted(options)} only apply when the tree is built here (chunks=...)")

@@ -71,7 +71,8 @@ class FactStoreBase(SqlStore):
 
     # ------------------------------------------------------------------ writes
 
-    def dim_key_for(self, fact: Fact) -> str:
+    @staticmethod
+    def dim_key_for(fact: Fact) -> str:
         """The dimensional key of ``fact`` (see :func:`ragspine.stores.fact_schema.dim_key`)."""
         return dim_key(fact)
 

@@ -23,6 +23,7 @@ from ragspine.agent.query_transform import (
     make_adaptive_decomposer,
 )
 from ragspine.agent.security_gate import SecurityGate
+from ragspine.common.choices import strict_choices
 from ragspine.retrieval.lexical.retrieval import rrf_fuse
 from ragspine.retrieval.link.providers import OpenAICompatibleProvider
 from tests.agent.llm_server import ScriptedLLMServer
@@ -128,9 +129,9 @@ def test_factories() -> None:
     assert make_decomposer("none") is None
     assert isinstance(make_decomposer("heuristic"), HeuristicQueryDecomposer)
     assert isinstance(make_decomposer("llm", provider=provider), LLMQueryDecomposer)
-    with pytest.raises(ValueError, match="needs an LLM provider"):
+    with strict_choices(), pytest.raises(ValueError, match="needs an LLM provider"):
         make_decomposer("llm")
-    with pytest.raises(ValueError, match="choices"):
+    with strict_choices(), pytest.raises(ValueError, match="choices"):
         make_decomposer("magic")
     assert make_adaptive_decomposer("off") is None
     adaptive = make_adaptive_decomposer("on")
@@ -139,9 +140,9 @@ def test_factories() -> None:
     assert isinstance(adaptive, AdaptiveDecomposer) and isinstance(
         adaptive.classifier, LLMComplexityClassifier
     )
-    with pytest.raises(ValueError, match="needs an LLM provider"):
+    with strict_choices(), pytest.raises(ValueError, match="needs an LLM provider"):
         make_adaptive_decomposer("llm")
-    with pytest.raises(ValueError, match="choices"):
+    with strict_choices(), pytest.raises(ValueError, match="choices"):
         make_adaptive_decomposer("sometimes")
 
 

@@ -18,6 +18,7 @@ from ragspine.agent.query_transform import (
 )
 from ragspine.agent.security_gate import SecurityGate
 from ragspine.agent.stack import build_query_stack
+from ragspine.common.choices import strict_choices
 from ragspine.retrieval.lexical.retrieval import rrf_fuse
 from ragspine.retrieval.link.providers import OpenAICompatibleProvider
 from ragspine.settings import Settings
@@ -140,9 +141,9 @@ def test_make_query_transform_selects_and_validates(corpus) -> None:  # type: ig
     assert isinstance(make_query_transform(base, "step-back", provider=provider), StepBackRetriever)
     fusion = make_query_transform(base, "rag_fusion", provider=provider, max_variants=2)
     assert isinstance(fusion, RAGFusionRetriever) and fusion.max_variants == 2
-    with pytest.raises(ValueError, match="choices: none, hyde, rag_fusion, step_back"):
+    with strict_choices(), pytest.raises(ValueError, match="choices: none, hyde, rag_fusion, step_back"):
         make_query_transform(base, "hype", provider=provider)
-    with pytest.raises(ValueError, match="needs an LLM provider"):
+    with strict_choices(), pytest.raises(ValueError, match="needs an LLM provider"):
         make_query_transform(base, "hyde")
     with pytest.raises(ValueError, match="max_variants"):
         RAGFusionRetriever(base, provider, max_variants=0)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ragspine.common.choices import strict_choices
 from ragspine.common.company_profile import DimensionSpec, default_profile
 from ragspine.graph.adapters.networkx_store import NetworkxGraphStore
 from ragspine.graph.extractor import (
@@ -225,7 +226,7 @@ def test_llm_relations_are_marked_and_screened(facts: SqliteFactStore) -> None:
     assert edges[0].metadata["source_locator"] == "memo#p1"
     assert all(e.type != "sells_to" for e in graph.subgraph(["entity:ACME_HK"], depth=1).edges)
     assert len(provider.prompts) == 2 and not any("ACME Europe will buy" in p for p in provider.prompts)
-    with pytest.raises(ValueError, match="provider"):
+    with strict_choices(), pytest.raises(ValueError, match="provider"):
         make_relation_extractor("llm")
 
 

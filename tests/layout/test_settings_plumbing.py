@@ -20,6 +20,7 @@ import pytest
 
 from ragspine.agent.decompose import make_decomposer
 from ragspine.agent.query_transform import make_adaptive_decomposer, make_query_transform
+from ragspine.common.choices import strict_choices
 from ragspine.common.company_profile import load_company_profile
 from ragspine.graph.extractor import make_relation_extractor
 from ragspine.graph.narrative import make_narrative_graph
@@ -224,7 +225,8 @@ def test_reverse_proof_each_non_default_value_changes_what_the_factory_gives(tmp
         value = NON_DEFAULT[field] if field != "fact_store" else f"sqlite:{tmp_path / 'f.sqlite'}"
         s = Settings(**{field: value})
         try:
-            got = _with_settings(kind, s)
+            with strict_choices():  # a choice the factory cannot honour is refused, not dropped
+                got = _with_settings(kind, s)
         except ValueError:  # an unknown name, or hyde / llm / raptor without their LLM or embedder
             got = "refused"
         if got != default:

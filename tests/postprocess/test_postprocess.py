@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ragspine.common.choices import strict_choices
 from ragspine.retrieval.chunking.types import DocumentMeta
 from ragspine.retrieval.link.narrative_link import build_narrative_retriever
 from ragspine.retrieval.postprocess import (
@@ -131,7 +132,7 @@ def test_the_spec_example_chain() -> None:
     ],
 )
 def test_bad_specs_are_clear_errors(spec: str, kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with strict_choices(), pytest.raises(ValueError, match=message):
         make_postprocessor(spec, **kwargs)
 
 

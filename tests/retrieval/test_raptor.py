@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ragspine.common.choices import strict_choices
 from ragspine.retrieval import raptor as raptor_mod
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.chunking.chunking import chunk_document
@@ -172,9 +173,9 @@ def test_extractive_and_llm_summarizers() -> None:
     assert isinstance(make_raptor_summarizer(""), ExtractiveRaptorSummarizer)
     assert isinstance(make_raptor_summarizer("llm", provider=good), LLMRaptorSummarizer)
     assert make_raptor_summarizer("none") is None
-    with pytest.raises(ValueError, match="provider"):
+    with strict_choices(), pytest.raises(ValueError, match="provider"):
         make_raptor_summarizer("llm")
-    with pytest.raises(ValueError, match="choose one of"):
+    with strict_choices(), pytest.raises(ValueError, match="choose one of"):
         make_raptor_summarizer("abstractive")
 
 
@@ -224,9 +225,9 @@ def test_make_raptor_retriever(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv(RAPTOR_ENV, raising=False)
     assert make_raptor_retriever(base) is base
     assert make_raptor_retriever(base, "none") is base
-    with pytest.raises(ValueError, match="embedder"):
+    with strict_choices(), pytest.raises(ValueError, match="embedder"):
         make_raptor_retriever(base, "on")
-    with pytest.raises(ValueError, match=r"tree=\.\.\. or chunks"):
+    with strict_choices(), pytest.raises(ValueError, match=r"tree=\.\.\. or chunks"):
         make_raptor_retriever(base, "on", embedder=EMBED)
     built = make_raptor_retriever(
         base, "summaries", embedder=EMBED, chunks=base.index.store.iter_chunks(), threshold=0.2

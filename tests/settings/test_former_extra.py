@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ragspine.common.choices import strict_choices
 from ragspine.graph.narrative import NarrativeGraphPipeline, make_narrative_graph
 from ragspine.retrieval.llm.providers import DeterministicProvider
 from ragspine.settings import Settings
@@ -21,7 +22,7 @@ def test_the_narrative_graph_variable_reaches_make_narrative_graph() -> None:
     assert chosen.narrative_graph == "llm"
     pipeline = make_narrative_graph(provider=DeterministicProvider(), settings=chosen)
     assert isinstance(pipeline, NarrativeGraphPipeline)
-    with pytest.raises(ValueError, match="needs an LLM provider"):
+    with strict_choices(), pytest.raises(ValueError, match="needs an LLM provider"):
         make_narrative_graph(settings=chosen)
     assert make_narrative_graph(provider=DeterministicProvider(), settings=Settings.from_env({})) is None
 

@@ -291,4 +291,3 @@ class GlossaryQueryRewriter:
                 if r < len(synonyms) and emit(start, end, synonyms[r]):
                     return out
         return out
-
