@@ -149,9 +149,10 @@ def test_profile_file_drives_the_rewriter(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_dimensions_without_expand_are_left_alone() -> None:
-    profile = default_profile()
-    profile.dimensions = tuple(
-        replace(d, expand=False) if d.name == "channel" else d for d in profile.dimensions
+    base = default_profile()
+    profile = replace(
+        base,
+        dimensions=tuple(replace(d, expand=False) if d.name == "channel" else d for d in base.dimensions),
     )
     assert GlossaryQueryRewriter(10, profile=profile).rewrite("代理渠道") == ["代理渠道"]
 

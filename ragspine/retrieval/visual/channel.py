@@ -36,6 +36,8 @@ class PageChannel:
 
     def leads(self, query: str, candidates: Sequence[str] | None, k: int) -> list[PageLead]:
         """The best ``k`` pages among ``candidates`` (page locators; None = every page) as leads."""
+        if candidates is None:  # every page: the plain search (an external index takes no locators)
+            return self.pages.search(query, k=k, mfilter=self.mfilter)
         return self.pages.search(query, k=k, mfilter=self.mfilter, locators=candidates)
 
     def rank(self, query: str, candidates: Sequence[str] | None, k: int) -> Ranking:
