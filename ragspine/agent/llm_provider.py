@@ -11,7 +11,6 @@ user message, so the same conversation always gets the same answer.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from datetime import date
 from typing import Any, Protocol, runtime_checkable
@@ -25,7 +24,7 @@ from ragspine.retrieval.llm.completion import (
     completion,
     reply_text,
 )
-from ragspine.retrieval.llm.providers import DeterministicProvider, post_json, retryable_error
+from ragspine.retrieval.llm.providers import DeterministicProvider, post_with_retries
 from ragspine.retrieval.seams import LLMProvider
 
 __all__ = [
@@ -179,16 +178,9 @@ class AnthropicProvider:
         payload = self._payload(_check_messages(messages), tools)
         url = f"{self.base_url}/v1/messages"
         headers = {"x-api-key": self.api_key, "anthropic-version": ANTHROPIC_VERSION}
-        delay = 0.5
-        for attempt in range(self.max_retries + 1):
-            try:
-                reply = post_json(url, payload, timeout_s=self.timeout, headers=headers)
-                break
-            except RuntimeError as exc:
-                if attempt == self.max_retries or not retryable_error(str(exc)):
-                    raise
-            time.sleep(delay)
-            delay *= 2
+        reply = post_with_retries(
+            url, payload, retries=self.max_retries, backoff_s=0.5, timeout_s=self.timeout, headers=headers
+        )
         return _completion_of(url, reply)
 
     def chat_stream(

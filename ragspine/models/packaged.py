@@ -59,6 +59,27 @@ def cache_dir() -> Path:
     return Path(base) / "ragspine"
 
 
+def local_model_path(model_name: str, cache_dir: str | None = None) -> str:
+    """``model_name`` as an existing folder (itself, or under ``cache_dir`` by name or with ``/`` written
+    ``--``), else the name unchanged (a Hub id for ``resolve_model_dir`` to look up)."""
+    given = Path(model_name).expanduser()
+    if given.is_dir():
+        return str(given)
+    if cache_dir is not None:
+        for candidate in (model_name, model_name.replace("/", "--")):
+            folder = Path(cache_dir).expanduser() / candidate
+            if folder.is_dir():
+                return str(folder)
+    return model_name
+
+
+def cannot_load(what: str, model_name: str, exc: BaseException, hint: str) -> ValueError:
+    """One line saying that ``what`` ``model_name`` cannot be loaded, the first line of why, and ``hint``
+    (where such weights come from)."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ValueError(f"{what} {model_name!r} cannot be loaded here ({reason}); {hint}")
+
+
 def resolve_model_dir(model_name_or_path: str | os.PathLike[str], *, what: str) -> Path:
     """Return a local folder for ``model_name_or_path``: an existing path, or a cached/downloadable Hub id.
 

@@ -8,7 +8,7 @@ the first output comes back as a float32 numpy array. ``ModelReranker._start`` r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -79,6 +79,11 @@ class TorchOrOnnx:
         return np.asarray(out.float().cpu().numpy(), dtype=np.float32)
 
 
+def order_by_scores(scores: Sequence[float]) -> list[int]:
+    """Indices of ``scores``, highest first; equal scores keep their order."""
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
 class ModelReranker(TorchOrOnnx):
     """A reranker over a transformers checkpoint that runs on torch or on an ONNX export of it."""
 
@@ -87,8 +92,7 @@ class ModelReranker(TorchOrOnnx):
 
     def judge(self, query: str, candidates: list[str]) -> list[int]:
         """The ``ListwiseJudge`` seam: indices of ``candidates`` best first (ties keep their order)."""
-        scores = self.score(query, list(candidates))
-        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        return order_by_scores(self.score(query, list(candidates)))
 
     def _start(
         self,

@@ -18,7 +18,7 @@ from ragspine.models.batching import BatchPolicy, run_batched
 from ragspine.models.dense import ENGLISH_ONLY
 from ragspine.models.device import select_device
 from ragspine.models.packaged import require, resolve_model_dir, splade_tiny_dir
-from ragspine.models.runtime import TorchOrOnnx, check_rerank_input
+from ragspine.models.runtime import TorchOrOnnx, check_rerank_input, order_by_scores
 from ragspine.models.tokenization import TextTokenizer, check_texts
 
 
@@ -207,5 +207,4 @@ class SpladeReranker:
 
     def judge(self, query: str, candidates: list[str]) -> list[int]:
         """The ``ListwiseJudge`` seam: indices of ``candidates`` best first (ties keep their order)."""
-        scores = self.score(query, list(candidates))
-        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        return order_by_scores(self.score(query, list(candidates)))

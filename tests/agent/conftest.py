@@ -13,6 +13,8 @@ from ragspine.retrieval.lexical.narrative_index import NarrativeIndex
 from ragspine.retrieval.link.narrative_link import NarrativeIndexRetriever
 
 SECRET_MARKER = "zebracodeword"
+# What the ``corpus`` fixture gives a test.
+Corpus = tuple[NarrativeIndex, NarrativeIndexRetriever]
 
 DOCS = [
     ("rev-1", "ACME revenue grew in Hong Kong on strong agency sales. Margins held steady.", "INTERNAL"),

@@ -26,6 +26,7 @@ from ragspine.agent.security_gate import SecurityGate
 from ragspine.common.choices import strict_choices
 from ragspine.retrieval.lexical.retrieval import rrf_fuse
 from ragspine.retrieval.link.providers import OpenAICompatibleProvider
+from tests.agent.conftest import Corpus
 from tests.agent.llm_server import ScriptedLLMServer
 from tests.agent.test_query_transform import Recording, fixed
 
@@ -158,7 +159,9 @@ def test_rejects_unknown_args_in_llm_decomposer() -> None:
         LLMQueryDecomposer(None)  # type: ignore[arg-type]
 
 
-def test_a_bare_decomposing_retriever_gates_by_default(corpus) -> None:  # type: ignore[no-untyped-def]
+def test_a_bare_decomposing_retriever_gates_by_default(
+    corpus: Corpus,
+) -> None:
     """No gate passed: the domain profile's gate refuses the competitor sub-question; reverse proof: an
     explicit gate that knows no competitor lets it through."""
     _, base = corpus

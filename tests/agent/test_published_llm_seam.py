@@ -49,6 +49,7 @@ from ragspine.retrieval.rerank.listwise_rerank import build_listwise_prompt
 from ragspine.retrieval.results import RetrievalResult
 from ragspine.retrieval.routing.llm_router import LLMLibraryRouter
 from ragspine.retrieval.seams import RoutableLibrary
+from tests.agent.conftest import Corpus
 
 
 # ------------------------------------------------------------ a provider built to the published contract
@@ -140,7 +141,7 @@ def test_a_failing_judge_is_reported_in_the_rerank_stage() -> None:
     assert [r.chunk.chunk_id for r in good.results] == ["b#c0", "a#c0"] and not good.degraded
 
 
-def test_rag_fusion_transform(corpus) -> None:  # type: ignore[no-untyped-def]
+def test_rag_fusion_transform(corpus: Corpus) -> None:
     _, base = corpus
     outcomes = []
     for provider in both():

@@ -22,6 +22,7 @@ from ragspine.common.choices import strict_choices
 from ragspine.retrieval.lexical.retrieval import rrf_fuse
 from ragspine.retrieval.link.providers import OpenAICompatibleProvider
 from ragspine.settings import Settings
+from tests.agent.conftest import Corpus
 from tests.agent.llm_server import ScriptedLLMServer
 
 QUERY = "battery supplier shipment"
@@ -202,7 +203,7 @@ def test_fusion_caps_the_variants_and_drops_the_question_and_repeats(corpus) -> 
 
 @pytest.mark.parametrize("spelling", ["Globex", "环 球", "ＧＬＯＢＥＸ", "Glo\u200bbex"])
 @pytest.mark.parametrize("spec", ["rag_fusion", "step_back", "hyde"])
-def test_the_gate_is_on_without_being_passed(corpus, spec: str, spelling: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_gate_is_on_without_being_passed(corpus: Corpus, spec: str, spelling: str) -> None:
     """The published constructors screen with the domain profile's gate when none is passed; reverse
     proof: an explicit gate that knows no competitor lets the same variant through."""
     _, base = corpus
@@ -211,10 +212,12 @@ def test_the_gate_is_on_without_being_passed(corpus, spec: str, spelling: str) -
         provider = OpenAICompatibleProvider(server.base_url, timeout_s=5)
         recording = Recording(base)
         gated = make_query_transform(recording, spec, provider=provider)
-        report = gated.retrieve_staged(QUERY, top_k=4).reports[-1]  # type: ignore[attr-defined]
+        assert isinstance(gated, HyDERetriever | RAGFusionRetriever | StepBackRetriever)
+        report = gated.retrieve_staged(QUERY, top_k=4).reports[-1]
         assert recording.queries == [QUERY] and report.variants_refused == [(variant, "GLOBEX")]
         open_recording = Recording(base)
         open_gate = SecurityGate({}, "ACME Group")
         ungated = make_query_transform(open_recording, spec, provider=provider, security_gate=open_gate)
-        ungated.retrieve_staged(QUERY, top_k=4)  # type: ignore[attr-defined]
+        assert isinstance(ungated, HyDERetriever | RAGFusionRetriever | StepBackRetriever)
+        ungated.retrieve_staged(QUERY, top_k=4)
         assert open_recording.queries == [QUERY, variant]

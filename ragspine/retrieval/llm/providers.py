@@ -163,16 +163,38 @@ class OpenAICompatibleProvider:
         return _completion_of(reply, content, message, choice0)
 
     def _post(self, url: str, payload: dict[str, Any]) -> Any:
-        delay = self.retry_backoff_s
-        for attempt in range(self.retries + 1):
-            try:
-                return post_json(url, payload, api_key=self.api_key, timeout_s=self.timeout_s)
-            except RuntimeError as exc:
-                if attempt == self.retries or not retryable_error(str(exc)):
-                    raise
-            time.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")  # pragma: no cover
+        return post_with_retries(
+            url,
+            payload,
+            retries=self.retries,
+            backoff_s=self.retry_backoff_s,
+            api_key=self.api_key,
+            timeout_s=self.timeout_s,
+        )
+
+
+def post_with_retries(
+    url: str,
+    payload: dict[str, Any],
+    *,
+    retries: int,
+    backoff_s: float,
+    api_key: str = "",
+    timeout_s: float = 30.0,
+    headers: dict[str, str] | None = None,
+) -> Any:
+    """``post_json`` with ``retries`` more attempts after a failure worth retrying (``retryable_error``),
+    ``backoff_s`` apart, doubling; the last failure, or one not worth retrying, is raised."""
+    delay = backoff_s
+    for attempt in range(retries + 1):
+        try:
+            return post_json(url, payload, api_key=api_key, timeout_s=timeout_s, headers=headers)
+        except RuntimeError as exc:
+            if attempt == retries or not retryable_error(str(exc)):
+                raise
+        time.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _completion_of(reply: dict[str, Any], content: str | None, message: Any, choice0: Any) -> ChatCompletion:

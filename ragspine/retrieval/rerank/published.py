@@ -15,16 +15,13 @@ weights. ``judge(query, candidates)`` answers a permutation of ``range(len(candi
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ragspine.models.packaged import cannot_load, local_model_path
+from ragspine.models.runtime import order_by_scores
+
 __all__ = ["LazyModelReranker", "order_by_scores"]
-
-
-def order_by_scores(scores: Sequence[float]) -> list[int]:
-    """Indices of ``scores``, highest first; equal scores keep their order."""
-    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
 
 
 def _positive(name: str, value: object) -> int:
@@ -63,17 +60,8 @@ class LazyModelReranker:
         return f"{type(self).__name__}({self.model_name!r}, loaded={self._model is not None})"
 
     def model_path(self) -> str:
-        """Where the weights are looked for: an existing folder (given, or under ``cache_dir``), else the
-        id itself (the backend then looks in the local Hugging Face cache)."""
-        given = Path(self.model_name).expanduser()
-        if given.is_dir():
-            return str(given)
-        if self.cache_dir is not None:
-            for candidate in (self.model_name, self.model_name.replace("/", "--")):
-                folder = Path(self.cache_dir).expanduser() / candidate
-                if folder.is_dir():
-                    return str(folder)
-        return self.model_name
+        """Where the weights are looked for (``ragspine.models.packaged.local_model_path``)."""
+        return local_model_path(self.model_name, self.cache_dir)
 
     def _build(self, path: str) -> Any:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
@@ -86,10 +74,7 @@ class LazyModelReranker:
                 try:
                     self._model = self._build(self.model_path())
                 except (ValueError, OSError) as exc:
-                    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    where = f"{self.kind} {self.model_name!r}"
-                    message = f"{where} cannot be loaded here ({reason}); {self.weights_hint}"
-                    raise ValueError(message) from exc
+                    raise cannot_load(self.kind, self.model_name, exc, self.weights_hint) from exc
             return self._model
 
     @property

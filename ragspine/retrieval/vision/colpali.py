@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ragspine.common.registry import Registry
+from ragspine.models.packaged import cannot_load, local_model_path, resolve_model_dir
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.visual.maxsim import maxsim_scores
 from ragspine.retrieval.visual.pages import page_locator
@@ -137,21 +138,13 @@ class ColPaliVisualEmbedder:
         self._lock = threading.Lock()
 
     def model_path(self) -> str:
-        given = Path(self.model_name).expanduser()
-        if given.is_dir():
-            return str(given)
-        if self.cache_dir is not None:
-            for candidate in (self.model_name, self.model_name.replace("/", "--")):
-                folder = Path(self.cache_dir).expanduser() / candidate
-                if folder.is_dir():
-                    return str(folder)
-        return self.model_name
+        """Where the weights are looked for (``ragspine.models.packaged.local_model_path``)."""
+        return local_model_path(self.model_name, self.cache_dir)
 
     def load(self) -> Any:
         """The encoder, loaded on the first call (``ValueError`` in one line when it cannot be)."""
         with self._lock:
             if self._encoder is None:
-                from ragspine.models.packaged import resolve_model_dir
                 from ragspine.retrieval.visual.encoders import ColPaliEncoder
 
                 try:
@@ -160,9 +153,7 @@ class ColPaliVisualEmbedder:
                     folder = resolve_model_dir(self.model_path(), what="ColPali model")
                     self._encoder = ColPaliEncoder(str(folder), device="auto", batch_size=self.batch_size)
                 except (ValueError, OSError) as exc:
-                    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    message = f"ColPali model {self.model_name!r} cannot be loaded here ({reason}); "
-                    raise ValueError(message + self.weights_hint) from exc
+                    raise cannot_load("ColPali model", self.model_name, exc, self.weights_hint) from exc
             return self._encoder
 
     def embed_query(self, query: str) -> list[list[float]]:
