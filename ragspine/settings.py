@@ -197,12 +197,24 @@ class ModelSettings:
     )
     reranker: str = setting("none", "Model reranker: none, cross_encoder (ce), colbert, splade, auto.")
     reranker_model: str = setting("", "Reranker model id or path; empty = the reranker's default model.")
+    colbert_model: str = setting(
+        "", "Model of the published make_reranker('colbert'); empty = colbert-ir/colbertv2.0."
+    )
+    splade_model: str = setting(
+        "", "Model of the published make_reranker('splade'); empty = prithivida/Splade_PP_en_v1."
+    )
+    cross_encoder_model: str = setting(
+        "", "Model of the published make_reranker('cross_encoder'); empty = Xenova/ms-marco-MiniLM-L-6-v2."
+    )
     device: str = setting("auto", "Where models run: auto, cuda, cpu.")
     visual_embedder: str = setting(
         "none", "Visual page retrieval: none, colpali, colqwen2 (optionally family:model)."
     )
     visual_model: str = setting(
         "", "ColPali / ColQwen2 id or local path; empty = the family's published -hf model."
+    )
+    colpali_model: str = setting(
+        "", "Model of the published make_visual_embedder('colpali'); empty = Qdrant/colpali-v1.3-fp16."
     )
     openai_base_url: str = setting("", "Base URL of the OpenAI-compatible embeddings API (embedding=openai).")
     openai_api_key: str = setting("", "API key of the OpenAI-compatible embeddings API.", secret=True)
@@ -621,15 +633,26 @@ SPEC_ENV_DEFAULTS: Mapping[str, SpecEnvDefault] = {
     "ragspine.retrieval.vector.embedding_backends.make_embedding_backend": SpecEnvDefault(
         reads=(
             "embedding_backend",
-            "embedding",
             "openai_base_url",
             "openai_api_key",
             "openai_embedding_model",
             "http_timeout_s",
         ),
         spec="000_*.txt, 'vector': make_embedding_backend's spec 'defaults to env "
-        "RAGSPINE_EMBEDDING_BACKEND' (RAGSPINE_EMBEDDING is its alias; the openai backend it selects takes "
-        "its options from the same place)",
+        "RAGSPINE_EMBEDDING_BACKEND' (unset: None, pure BM25; RAGSPINE_EMBEDDING=auto is the service "
+        "layer's default and is read through Settings, not here; the openai backend it selects takes its "
+        "options from the same place)",
+    ),
+    "ragspine.retrieval.rerank.cross_encoder.make_reranker": SpecEnvDefault(
+        reads=("reranker", "colbert_model", "splade_model", "cross_encoder_model"),
+        spec="000_*.txt, 'make_reranker(\"cross_encoder\"),  # or RAGSPINE_RERANKER=cross_encoder'; "
+        "API-stack.md, COLBERT_MODEL_ENV / SPLADE_MODEL_ENV / CROSS_ENCODER_MODEL_ENV (each family's model "
+        "when model_name is not given)",
+    ),
+    "ragspine.retrieval.vision.colpali.make_visual_embedder": SpecEnvDefault(
+        reads=("visual_embedder", "colpali_model"),
+        spec="API-stack.md, VISUAL_EMBEDDER_ENV / COLPALI_MODEL_ENV of ragspine.retrieval.vision.colpali "
+        "(the embedder when spec is None; its model when model_name is not given)",
     ),
     "ragspine.common.company_profile.load_company_profile": SpecEnvDefault(
         reads=("company_config",),

@@ -150,14 +150,20 @@ class SecurityGate:
         if entity is None:
             return SecurityVerdict(SECURITY_ALLOW)
         home = self.home_company_name
-        options = [f"Ask the same question about {home}."]
-        if metric:
-            options.append(f"Ask for {home}'s {metric}.")
+        if any("\u4e00" <= c <= "\u9fff" for c in raw_question):  # answered in the question's language
+            figures = f"{entity}的{metric}数字" if metric else f"{entity}的对应数字"
+            message = f"{entity}不在{home}的数据范围内，无法提供{figures}；只能查询{home}自身的数据。"
+            options = [f"改问{home}的同一问题。"] + ([f"查询{home}的{metric}。"] if metric else [])
+        else:
+            figures = f"{metric} figures" if metric else "figures"
+            message = (
+                f"{entity} is outside {home}'s data: no {figures} for it; only {home}'s own can be retrieved."
+            )
+            options = [f"Ask the same question about {home}."] + (
+                [f"Ask for {home}'s {metric}."] if metric else []
+            )
         return SecurityVerdict(
-            SECURITY_REFUSE_OUT_OF_SCOPE,
-            external_entity=entity,
-            message=f"{entity} is outside {home}'s data; only {home}'s own figures can be retrieved.",
-            narrowing_options=options,
+            SECURITY_REFUSE_OUT_OF_SCOPE, external_entity=entity, message=message, narrowing_options=options
         )
 
     def split(self, texts: Iterable[str]) -> tuple[list[str], list[RefusedVariant]]:

@@ -128,6 +128,17 @@ def default_profile() -> DomainProfile:
             "环球": "GLOBEX",
             "initech": "INITECH",
             "英尼泰克": "INITECH",
+            # The published default profile's competitors (its security-gate examples use them).
+            "竞安": "竞安(Jingan)",
+            "中国竞安": "竞安(Jingan)",
+            "jingan": "竞安(Jingan)",
+            "jingcheng": "Jingcheng",
+            "竞寿": "Jingshou",
+            "中国竞寿": "Jingshou",
+            "jingshou": "Jingshou",
+            "竞平": "Jingping",
+            "中国竞平": "Jingping",
+            "jingping": "Jingping",
         },
         home_entity_labels={
             "ACME_GROUP": "ACME Group",

@@ -93,7 +93,7 @@ def resolve_reranker(settings: Settings, sparse_encoder: SparseEncoder | None = 
         kwargs.update(device=device, onnx=device == "cpu", cache_size=SPLADE_RERANK_CACHE)
     if settings.reranker_model:
         kwargs["model_name_or_path"] = settings.reranker_model
-    reranker: Reranker | None = module.make_reranker(name, settings=settings, **kwargs)
+    reranker: Reranker | None = module.build_reranker(name, settings=settings, **kwargs)
     return reranker
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ragspine.common.choices import UnavailableChoice, base_retriever, published_fallback
+from ragspine.retrieval.constants import RESTRICTED_SENSITIVITY as RESTRICTED_SENSITIVITY
 from ragspine.retrieval.lexical.glossary import GlossaryQueryRewriter
 from ragspine.retrieval.pipeline.relevance import STOPWORDS, query_coverage
 from ragspine.retrieval.seams import NarrativeRetriever
@@ -35,6 +36,9 @@ ACTION_ACCEPT = "accept"
 ACTION_DROP_FILTERS = "drop_filters"
 ACTION_REWRITE = "rewrite"
 ACTION_REFUSE = "refuse"
+# The published ``last_actions`` trace names the first retrieval and the rewrite step so.
+TRACE_RETRIEVE = "retrieve"
+TRACE_REWRITE = "rewrite_query"
 CORRECTIVE_CHOICES = ("none", "on")
 _GRADED_HEAD = 3
 # The grader's stop words: the relevance stage's English function words, less five that it counts as content
@@ -62,7 +66,15 @@ class LexicalOverlapGrader:
         if not snippets:
             return 0.0
         terms = frozenset(content_terms(query))
-        return max(query_coverage(terms, str(s.get("text", ""))) for s in snippets[:_GRADED_HEAD])
+        return max(query_coverage(terms, _text(s)) for s in snippets[:_GRADED_HEAD])
+
+
+def _text(snippet: dict[str, object]) -> str:
+    """A snippet's text: ``text``, else ``content`` (the other name retrievers give it)."""
+    value = snippet.get("text")
+    if value is None or value == "":
+        value = snippet.get("content", "")
+    return "" if value is None else str(value)
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,15 @@ class GradeAction:
     action: str
     grade: float
     snippet_count: int
+
+
+def emit_trace(event: str, **fields: Any) -> None:
+    """One trace record of a graded retrieval: a span and a debug log line carrying ``fields`` (action names
+    and grades only, never text)."""
+    with stage_span(
+        event, **{k: ",".join(map(str, v)) if isinstance(v, list) else v for k, v in fields.items()}
+    ):
+        log.debug("%s: %s", event, fields)
 
 
 def glossary_rewrite(query: str) -> str:
@@ -91,7 +112,10 @@ class CorrectiveRetriever(Stage):
     (``detect(text)``) refuses a rewrite naming an external entity. ``emit`` writes one log record and one
     tracing span per graded retrieval (grades and actions only, never text). Raises ``ValueError`` for
     ``min_grade`` outside [0, 1] or a negative ``max_retries``; one above 2 is used as 2 (with a warning).
-    ``last_actions`` holds the grade → act steps of the latest retrieval.
+    ``last_actions`` holds the published trace of the latest retrieval: ``retrieve`` (the first attempt),
+    then ``drop_filters`` / ``rewrite_query`` for each corrective attempt, each with the grade and size of
+    what it retrieved, and ``refuse`` (0 snippets) when the loop refused; the stage report's ``actions``
+    keep the wire's vocabulary (``accept``, ``drop_filters``, ``rewrite``, ``refuse``).
     """
 
     stage = "corrective"
@@ -135,9 +159,6 @@ class CorrectiveRetriever(Stage):
 
     def _record(self, report: StageReport, action: str, grade: float, count: int) -> None:
         report.actions.append(GradeAction(action, grade, count))
-        if self.emit:
-            with stage_span("corrective", action=action, grade=grade, snippets=count):
-                log.debug("corrective retrieval: grade %.3f over %d snippets -> %s", grade, count, action)
 
     def retrieve_staged(self, query: str, *, filters: Any = None, top_k: int = 50) -> StagedResult:
         if not isinstance(query, str) or not query.strip():
@@ -148,6 +169,8 @@ class CorrectiveRetriever(Stage):
         result = run_base(self.base, current_query, filters=current_filters, top_k=top_k)
         reports = list(result.reports)
         grade = self._grade(query, result.snippets)
+        # The published trace: each attempt with the grade and size of what it retrieved, then a refusal.
+        trace = [GradeAction(TRACE_RETRIEVE, grade, len(result.snippets))]
         tried = {query.strip()}
         retries = 0
         while grade < self.min_grade and retries < self.max_retries:
@@ -166,15 +189,27 @@ class CorrectiveRetriever(Stage):
             reports.extend(result.reports)
             # Always graded against the user's question: a rewrite must not move the goalposts.
             grade = self._grade(query, result.snippets)
+            trace.append(
+                GradeAction(
+                    TRACE_REWRITE if action == ACTION_REWRITE else action, grade, len(result.snippets)
+                )
+            )
         snippets = result.snippets
         if grade < self.min_grade:
             self._record(report, ACTION_REFUSE, grade, len(snippets))
             report.refused = True
             snippets = []
+            trace.append(GradeAction(ACTION_REFUSE, grade, 0))
         else:
             self._record(report, ACTION_ACCEPT, grade, len(snippets))
         report.timings_ms["total"] = (time.perf_counter() - t0) * 1000.0
-        self.last_actions = list(report.actions)
+        self.last_actions = trace
+        if self.emit:
+            emit_trace(
+                "corrective",
+                corrective_actions=[a.action for a in trace],
+                corrective_grades=[round(a.grade, 4) for a in trace],
+            )
         return StagedResult(snippets, [*reports, report])
 
     def _rewrite(self, query: str, tried: set[str], report: StageReport) -> str | None:

@@ -13,9 +13,9 @@ their input) and call no model. ``make_postprocessor("mmr,lost_in_middle")`` bui
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from ragspine.common.choices import UnavailableChoice, nothing, published_fallback
 from ragspine.common.registry import Registry
@@ -36,7 +36,8 @@ class NodePostprocessor(Protocol):
 
 
 class Compressor(Protocol):
-    """Compresses one snippet's text for the prompt (the seam for a model compressor)."""
+    """Compresses one snippet's text for the prompt (the seam for a model compressor). A plain callable
+    ``(query, text) -> str`` is accepted wherever a compressor is."""
 
     def compress(self, query: str, text: str) -> str: ...
 
@@ -99,7 +100,7 @@ class MMRPostprocessor:
             remaining.remove(best)
             for i in remaining:
                 max_sim[i] = max(max_sim[i], _jaccard(terms[i], terms[best]))
-        return [dict(results[i]) for i in picked]
+        return [results[i] for i in picked]  # a pure reordering: the given snippets, none made
 
 
 @dataclass
@@ -108,9 +109,7 @@ class LostInTheMiddlePostprocessor:
 
     def postprocess(self, query: str, results: list[Snippet]) -> list[Snippet]:
         results = _check_results(results)
-        head = [dict(r) for r in results[0::2]]
-        tail = [dict(r) for r in results[1::2]]
-        return head + tail[::-1]
+        return results[0::2] + results[1::2][::-1]  # the given snippets, reordered
 
 
 _SENTENCE = re.compile(r"[^。！？!?.\n]+(?:[。！？!?.]+|\n+|$)")
@@ -148,20 +147,38 @@ class CompressionPostprocessor:
     (e.g. a parent window) is what gets compressed."""
 
     threshold: float = DEFAULT_COMPRESSION_THRESHOLD
-    compressor: Compressor | None = None
+    compressor: Compressor | Callable[[str, str], str] | None = None
 
     def __post_init__(self) -> None:
         _check_share(self.threshold, "compression threshold")
+        if self.compressor is not None and not (
+            callable(getattr(self.compressor, "compress", None)) or callable(self.compressor)
+        ):
+            raise ValueError(
+                "compressor must have compress(query, text) or be a callable (query, text) -> str, "
+                f"got {type(self.compressor).__name__}"
+            )
+
+    def _compress(self, query: str, text: str) -> str:
+        compressor = self.compressor or ExtractiveCompressor(self.threshold)
+        method = getattr(compressor, "compress", None)
+        out = (
+            method(query, text)
+            if callable(method)
+            else cast(Callable[[str, str], str], compressor)(query, text)
+        )
+        if not isinstance(out, str):
+            raise TypeError(f"the compressor returned {type(out).__name__}, not the compressed text")
+        return out
 
     def postprocess(self, query: str, results: list[Snippet]) -> list[Snippet]:
         results = _check_results(results)
-        compressor = self.compressor or ExtractiveCompressor(self.threshold)
         out = []
         for result in results:
             copy = dict(result)
             source = copy.get(PROMPT_TEXT_KEY) or copy.get("text")
             if isinstance(source, str) and source:
-                copy[PROMPT_TEXT_KEY] = compressor.compress(query, source)
+                copy[PROMPT_TEXT_KEY] = self._compress(query, source)
             out.append(copy)
         return out
 

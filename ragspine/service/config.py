@@ -283,13 +283,13 @@ def open_narrative_retriever(
         return
     from ragspine.retrieval.link.narrative_link import build_narrative_retriever
     from ragspine.retrieval.mode import make_retrieval_mode
-    from ragspine.retrieval.rerank.cross_encoder import make_reranker
+    from ragspine.retrieval.rerank.cross_encoder import build_reranker
     from ragspine.retrieval.vector.embedding_backends import make_embedding_backend
 
     settings = config.to_settings()
     mode = make_retrieval_mode(settings=settings)
     embedding = make_embedding_backend(settings=settings) if mode.uses_embedding else None
-    reranker = None if is_off(config.reranker) else make_reranker(settings=settings)
+    reranker = None if is_off(config.reranker) else build_reranker(settings=settings)
     policy = None if config.persistence_policy in ("", "default") else config.persistence_policy
     retriever, store = build_narrative_retriever(
         config.chunk_db_path,

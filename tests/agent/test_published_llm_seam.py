@@ -13,6 +13,7 @@ one, ``MockProvider`` and ``AnthropicProvider`` (against a Messages API server o
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -276,7 +277,8 @@ class _MessagesAPI:
 
 
 @pytest.fixture
-def messages_api() -> Iterator[Callable[..., _MessagesAPI]]:
+def messages_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., _MessagesAPI]]:
+    monkeypatch.setitem(sys.modules, "anthropic", None)  # the HTTP path, even where the SDK is installed
     opened: list[_MessagesAPI] = []
 
     def start(reply: Callable[[dict[str, Any]], tuple[int, Any]]) -> _MessagesAPI:
@@ -322,7 +324,8 @@ def test_anthropic_provider_speaks_the_messages_api(messages_api: Callable[..., 
     called = provider.chat(messages, tools=tools)
     assert called.choices[0].finish_reason == "tool_calls" and called.choices[0].message.content is None
     call = called.choices[0].message.tool_calls[0]
-    assert call.function == {"name": "lookup", "arguments": '{"q": "acme"}'}
+    assert (call.id, call.function.name) == ("tu_1", "lookup")
+    assert json.loads(call.function.arguments) == {"q": "acme"}
     assert api.requests[1][2]["tools"] == [
         {"name": "lookup", "description": "", "input_schema": {"type": "object"}}
     ]

@@ -47,6 +47,18 @@ def test_a_competitor_question_is_refused_with_options(gate: SecurityGate) -> No
     assert any(home in option and "REVENUE" in option for option in verdict.narrowing_options)
 
 
+def test_the_refusal_speaks_the_questions_language_and_names_the_figure(gate: SecurityGate) -> None:
+    home = load_company_profile().home_company_name
+    zh = gate.screen(raw_question="中国竞安去年REVENUE多少", metric="REVENUE")
+    assert zh.external_entity == "竞安(Jingan)"  # the longest alias: "中国" does not leak as ACME_CN
+    assert zh.message and "REVENUE" in zh.message and home in zh.message and "无法提供" in zh.message
+    assert gate.detect("中国竞安的营收").masked_text == f"{MASK}的营收"
+    generic = gate.screen(raw_question="竞 安最近怎么样", metric=None)  # an inner space does not hide it
+    assert generic.message and "的对应数字" in generic.message
+    en = gate.screen(raw_question="JINGCHENG revenue", metric=None)
+    assert en.external_entity == "Jingcheng" and en.message and en.message.startswith("Jingcheng is outside")
+
+
 def test_split_reports_every_refusal(gate: SecurityGate) -> None:
     allowed, refused = gate.split(["acme margin", "globex margin", "英尼泰克 margin"])
     assert allowed == ["acme margin"]

@@ -214,6 +214,8 @@ def test_spec_documented_defaults_are_read_where_listed_and_nowhere_else() -> No
     assert spec_default_problems(_tree_sources()) == []
     assert set(SPEC_ENV_DEFAULTS) == {
         "ragspine.retrieval.vector.embedding_backends.make_embedding_backend",
+        "ragspine.retrieval.rerank.cross_encoder.make_reranker",
+        "ragspine.retrieval.vision.colpali.make_visual_embedder",
         "ragspine.common.company_profile.load_company_profile",
     }
 

@@ -39,7 +39,7 @@ from ragspine.retrieval.raptor import (
     make_raptor_retriever,
     make_raptor_summarizer,
 )
-from ragspine.retrieval.rerank.cross_encoder import make_reranker
+from ragspine.retrieval.rerank.cross_encoder import build_reranker, make_reranker
 from ragspine.retrieval.routing.router import KeywordLibraryRouter, make_library_router
 from ragspine.retrieval.vector.embedding_backends import (
     DeterministicEmbeddingBackend,
@@ -82,7 +82,7 @@ def test_choice_is_the_one_reading_of_off() -> None:
 
 OFF_FACTORIES = {
     "embedding": lambda spec, s: make_embedding_backend(spec, settings=s),
-    "reranker": lambda spec, s: make_reranker(spec, settings=s),
+    "reranker": lambda spec, s: build_reranker(spec, settings=s),
     "vector store": lambda spec, s: make_vector_store(spec, settings=s),
     "library router": lambda spec, s: make_library_router(spec, settings=s),
     "filter extractor": lambda spec, s: make_filter_extractor(spec, settings=s),
@@ -99,7 +99,7 @@ def test_every_factory_reads_off_the_same_way(kind: str, spelling: str, no_env: 
 
 def test_blank_means_each_selectors_default(no_env: None) -> None:
     assert make_embedding_backend("", settings=Settings()) is None
-    assert make_reranker("", settings=Settings()) is None
+    assert build_reranker("", settings=Settings()) is None
     assert isinstance(make_vector_store("", settings=Settings()), InProcessVectorStore)
     assert make_chunker("", settings=Settings()) is None  # blank: the caller's default (chunk_document)
     assert make_library_router("", settings=Settings()) is None
@@ -129,7 +129,7 @@ def test_factories_take_everything_from_the_settings_given(no_env: None) -> None
     assert isinstance(make_llm_provider(settings=s), DeterministicProvider)
     assert isinstance(make_vector_store(settings=s), InProcessVectorStore)
     assert isinstance(make_chunker(settings=s), DefaultChunker)
-    assert make_reranker(settings=s) is None
+    assert build_reranker(settings=s) is None
     assert make_visual_encoder(settings=s) is None
 
 
@@ -147,6 +147,8 @@ def test_reverse_proof_the_trap_catches_an_environment_read(no_env: None) -> Non
     with pytest.raises(EnvironmentRead):
         make_embedding_backend()
     with pytest.raises(EnvironmentRead):
+        make_reranker()
+    with pytest.raises(EnvironmentRead):
         load_company_profile()
 
 
@@ -162,7 +164,7 @@ UNSET_FACTORIES: dict[str, tuple[Any, Any]] = {
     "vector_store": (lambda: type(make_vector_store()), InProcessVectorStore),
     "chunker": (lambda: type(make_chunker()), DefaultChunker),
     "contextual": (lambda: make_index_text_fn(), None),
-    "reranker": (lambda: make_reranker(), None),
+    "reranker": (lambda: build_reranker(), None),
     "library_router": (lambda: make_library_router(), None),
     "filter_extractor": (lambda: make_filter_extractor(), None),
     "llm_provider": (lambda: make_llm_provider(), None),
@@ -240,7 +242,7 @@ def _with_settings(kind: str, s: Settings) -> Any:
         "vector_store": lambda: type(make_vector_store(settings=s)),
         "chunker": lambda: type(make_chunker(settings=s)),
         "contextual": lambda: make_index_text_fn(settings=s),
-        "reranker": lambda: make_reranker(settings=s),
+        "reranker": lambda: build_reranker(settings=s),
         "library_router": lambda: make_library_router(settings=s),
         "filter_extractor": lambda: make_filter_extractor(settings=s),
         "llm_provider": lambda: make_llm_provider(settings=s),

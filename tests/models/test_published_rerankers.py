@@ -6,6 +6,7 @@ published keywords; with tiny random checkpoints of the real architectures and t
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +20,11 @@ from ragspine.retrieval.rerank.cross_encoder import (
     RERANKERS,
     CrossEncoderReranker,
     CrossEncoderScorer,
+    build_reranker,
     make_reranker,
 )
 from ragspine.retrieval.rerank.listwise_rerank import listwise_rerank
+from ragspine.retrieval.rerank.published import ModelUnavailable
 from ragspine.retrieval.rerank.splade import DEFAULT_SPLADE_MODEL, SpladeReranker, sparse_dot
 from ragspine.retrieval.seams import ListwiseJudge, Reranker
 from tests.seams.rerank_helpers import ids, result
@@ -52,14 +55,19 @@ def test_maxsim_and_sparse_dot_by_hand() -> None:
         (CrossEncoderReranker, DEFAULT_CROSS_ENCODER_MODEL),
     ],
 )
-def test_construct_without_weights_and_fail_at_first_use_in_one_line(cls: type, default: str) -> None:
+def test_construct_without_weights_and_fail_at_first_use_in_one_line(
+    cls: type, default: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "fastembed", None)  # as on a machine without it
     reranker = cls()  # nothing is loaded: the published classes construct anywhere
     assert reranker.model_name == default and isinstance(reranker, ListwiseJudge)
     assert isinstance(reranker, Reranker) and reranker.judge(QUERY, []) == []  # no candidates, no load
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ModelUnavailable) as info:
         reranker.judge(QUERY, DOCS)
+    assert isinstance(info.value, ImportError) and isinstance(info.value, ValueError)
     message = str(info.value)
     assert "\n" not in message and default in message and ("package" in message or "folder" in message)
+    assert f"pip install 'ragspine[{reranker.extra}]'" in message and "fastembed" in message
     with pytest.raises(ValueError, match="batch_size"):
         cls(batch_size=0)
     with pytest.raises(ValueError, match="threads"):
@@ -104,10 +112,12 @@ def test_registry_and_factory_take_the_published_keywords(tiny_cross_encoder: Pa
     assert set(RERANKERS.names()) == {"cross_encoder", "colbert", "splade"}
     made = RERANKERS.make("ce", model_name=str(tiny_cross_encoder))
     assert isinstance(made, CrossEncoderReranker)
-    loaded = make_reranker("cross_encoder", model_name=str(tiny_cross_encoder), batch_size=2, device="cpu")
+    loaded = build_reranker("cross_encoder", model_name=str(tiny_cross_encoder), batch_size=2, device="cpu")
     assert isinstance(loaded, CrossEncoderScorer) and isinstance(loaded, ListwiseJudge)
-    assert loaded.judge(QUERY, DOCS) == made.judge(QUERY, DOCS)
-    splade = make_reranker("splade", threads=1, device="cpu")
+    published = make_reranker("ms-marco", model_name=str(tiny_cross_encoder), batch_size=2)
+    assert isinstance(published, CrossEncoderReranker) and published._model is None  # lazy, as published
+    assert loaded.judge(QUERY, DOCS) == made.judge(QUERY, DOCS) == published.judge(QUERY, DOCS)
+    splade = build_reranker("splade", threads=1, device="cpu")
     assert splade is not None and splade.judge("heart attack", ["stock prices", "heart attack risk"]) == [
         1,
         0,

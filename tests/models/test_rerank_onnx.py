@@ -267,12 +267,12 @@ def test_onnx_threads_follow_torch(monkeypatch: pytest.MonkeyPatch, cross_encode
     assert reranker.session.threads == 1
 
 
-def test_make_reranker_passes_the_runtime_through(cross_encoder_dir: Path, colbert_dir: Path) -> None:
-    from ragspine.retrieval.rerank.cross_encoder import make_reranker
+def test_build_reranker_passes_the_runtime_through(cross_encoder_dir: Path, colbert_dir: Path) -> None:
+    from ragspine.retrieval.rerank.cross_encoder import build_reranker
 
-    ce = make_reranker(
+    ce = build_reranker(
         "cross_encoder", model_name_or_path=str(cross_encoder_dir), device="cpu", runtime="torch"
     )
     assert isinstance(ce, CrossEncoderReranker) and ce.runtime == "torch"
-    colbert = make_reranker("colbert", model_name_or_path=str(colbert_dir), device="cpu", int8=True)
+    colbert = build_reranker("colbert", model_name_or_path=str(colbert_dir), device="cpu", int8=True)
     assert isinstance(colbert, ColBERTReranker) and (colbert.runtime, colbert.int8) == ("onnx", True)

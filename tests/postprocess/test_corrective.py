@@ -133,10 +133,31 @@ def test_max_retries_above_the_bound_is_clamped_and_last_actions_are_kept(
     assert crag.max_retries == 2 and "above the bound" in caplog.text
     assert crag.last_actions == []
     report = crag.retrieve_staged("zeppelin", top_k=3).reports[-1]
-    assert crag.last_actions == report.actions and crag.last_actions
-    # Never more than two acting steps, whatever was asked for (then accept or refuse).
-    acting = [a for a in crag.last_actions if a.action not in ("accept", "refuse")]
-    assert len(acting) <= 2
+    # The published trace: the first retrieval, each corrective attempt (with the grade of what it got),
+    # then the refusal with no snippets; the wire's report keeps its own vocabulary.
+    trace = [a.action for a in crag.last_actions]
+    assert trace[0] == "retrieve" and trace[-1] == "refuse" and crag.last_actions[-1].snippet_count == 0
+    assert set(trace[1:-1]) <= {"drop_filters", "rewrite_query"}
+    assert [a.action for a in report.actions][-1] == "refuse"
+    assert {a.action for a in report.actions} <= {"drop_filters", "rewrite", "refuse"}
+    # Never more than two acting steps, whatever was asked for.
+    assert len(trace) - 2 <= 2 and len(base.calls) == len(trace) - 1
+
+
+def test_the_published_trace_and_its_emission(base: Recording, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ragspine.retrieval.corrective as corrective
+
+    emitted: list[dict[str, object]] = []
+    monkeypatch.setattr(corrective, "emit_trace", lambda event, **fields: emitted.append(fields))
+    crag = CorrectiveRetriever(base, min_grade=0.0)
+    crag.retrieve("battery", top_k=3)
+    assert [a.action for a in crag.last_actions] == ["retrieve"]  # graded well at once: nothing else
+    assert emitted == [
+        {"corrective_actions": ["retrieve"], "corrective_grades": [round(crag.last_actions[0].grade, 4)]}
+    ]
+    CorrectiveRetriever(base, emit=False).retrieve("battery", top_k=3)
+    assert len(emitted) == 1  # emit=False sends nothing
+    assert LexicalOverlapGrader().grade("revenue", [{"content": "revenue grew"}]) == 1.0  # text, else content
 
 
 def test_factory(base: Recording) -> None:

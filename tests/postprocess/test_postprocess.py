@@ -57,12 +57,14 @@ def test_mmr_sinks_the_near_duplicate() -> None:
     ]
     assert [s["doc_id"] for s in MMRPostprocessor(top_n=2).postprocess("q", RANKED)] == ["d0", "d2"]
     assert MMRPostprocessor().postprocess("q", []) == []
+    assert {id(s) for s in out} <= {id(s) for s in RANKED}  # reordered, not rebuilt
 
 
 def test_lost_in_the_middle_puts_the_best_at_both_ends() -> None:
     ranked = [snip(i, f"t{i}") for i in range(6)]
     out = LostInTheMiddlePostprocessor().postprocess("q", ranked)
     assert [s["doc_id"] for s in out] == ["d0", "d2", "d4", "d5", "d3", "d1"]
+    assert sorted(id(s) for s in out) == sorted(id(s) for s in ranked)  # the same snippets, reordered
 
 
 def test_compression_writes_prompt_text_only() -> None:
@@ -95,6 +97,20 @@ def test_compression_threshold_and_custom_compressor() -> None:
     assert CompressionPostprocessor(compressor=Upper()).postprocess("q", [s])[0][PROMPT_TEXT_KEY] == (
         "ALPHA BETA GAMMA. ALPHA. DELTA."
     )
+    # A plain callable (query, text) -> str is a compressor too, as published.
+    calls: list[tuple[str, str]] = []
+
+    def shorten(query: str, text: str) -> str:
+        calls.append((query, text))
+        return text.split(".")[0]
+
+    out = CompressionPostprocessor(compressor=shorten).postprocess("alpha", [s])
+    assert out[0][PROMPT_TEXT_KEY] == "alpha beta gamma" and calls == [("alpha", s["text"])]
+    assert out[0]["text"] == s["text"]  # the citable text stays
+    with pytest.raises(ValueError, match="compressor must"):
+        CompressionPostprocessor(compressor="upper")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="returned int"):
+        CompressionPostprocessor(compressor=lambda q, t: 3).postprocess("q", [s])  # type: ignore[arg-type,return-value]
 
 
 def test_split_sentences_round_trips() -> None:

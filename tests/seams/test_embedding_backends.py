@@ -315,10 +315,15 @@ class TestFactory:
     def test_none_deterministic_and_env(self, monkeypatch: pytest.MonkeyPatch) -> None:
         assert make_embedding_backend("none") is None
         assert isinstance(make_embedding_backend("Deterministic", dim=8), DeterministicEmbeddingBackend)
-        monkeypatch.setenv("RAGSPINE_EMBEDDING", "none")
         monkeypatch.delenv("RAGSPINE_EMBEDDING_BACKEND", raising=False)
+        monkeypatch.delenv("RAGSPINE_EMBEDDING", raising=False)
+        assert make_embedding_backend() is None  # published: None -> None (pure BM25), not "auto"
+        # The service layer's selector is not the library call's default ...
+        monkeypatch.setenv("RAGSPINE_EMBEDDING", "deterministic")
         assert make_embedding_backend() is None
-        monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "deterministic")  # the spec alias wins
+        # ... but it is what the service's settings select.
+        assert isinstance(make_embedding_backend(settings=Settings.from_env()), DeterministicEmbeddingBackend)
+        monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "deterministic")  # the spec's variable
         assert isinstance(make_embedding_backend(), DeterministicEmbeddingBackend)
 
     def test_openai_from_kwargs_or_settings(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -341,7 +346,7 @@ class TestFactory:
             monkeypatch.setenv(name, value)
         # The spec's environment default: with neither spec nor settings, the environment picks the
         # backend and, for openai, its options.
-        monkeypatch.setenv("RAGSPINE_EMBEDDING", "openai")
+        monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "openai")
         backend = make_embedding_backend()
         assert isinstance(backend, OpenAIEmbeddingBackend)
         assert (backend.base_url, backend.api_key, backend.model) == ("http://emb.local/v1", "k", "bge")

@@ -161,9 +161,20 @@ def test_the_cli_prints_an_unknown_variable_as_one_line(
 
 
 def test_spec_env_default_reads_only_its_listed_variables() -> None:
-    env = {"RAGSPINE_EMBEDDING": "deterministic", "RAGSPINE_RETRIEVAL_MODE": "bm25", "RAGSPINE_TYPO": "1"}
+    env = {
+        "RAGSPINE_EMBEDDING_BACKEND": "deterministic",
+        "RAGSPINE_RETRIEVAL_MODE": "bm25",
+        "RAGSPINE_TYPO": "1",
+    }
     got = spec_env_default("ragspine.retrieval.vector.embedding_backends.make_embedding_backend", env)
-    assert got.embedding == "deterministic" and got.retrieval_mode == "auto"  # the mode is not its business
+    assert (
+        got.embedding_backend == "deterministic" and got.retrieval_mode == "auto"
+    )  # the mode is not its business
+    # The service's selector is not the library call's: RAGSPINE_EMBEDDING is not read there.
+    only_service = spec_env_default(
+        "ragspine.retrieval.vector.embedding_backends.make_embedding_backend", {"RAGSPINE_EMBEDDING": "none"}
+    )
+    assert only_service.embedding == "auto"
     with pytest.raises(ValueError, match="RAGSPINE_HTTP_TIMEOUT_S"):
         spec_env_default(
             "ragspine.retrieval.vector.embedding_backends.make_embedding_backend",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Sequence
+import sys
+import types
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -57,9 +59,14 @@ def test_the_retriever_ranks_open_pages_and_never_touches_restricted_ones() -> N
     retriever = ColPaliVisualRetriever(embedder, PAGES)
     assert len(retriever) == 3 and all(b"secret" not in image for image in embedder.sent)
     hits = retriever.retrieve("harvest robot arm", top_k=5)
-    assert [h["source_locator"] for h in hits] == ["report#page=1", "manual.pdf#page=3", "report#page=2"]
+    # The published default locator is "{doc_id}#page{N}"; a given source_locator wins.
+    assert [h["source_locator"] for h in hits] == ["report#page1", "manual.pdf#page=3", "report#page2"]
+    assert all(h["is_visual"] is True for h in hits) and [p.doc_id for p in retriever.pages] == [
+        "report"
+    ] * 2 + ["manual"]
     assert all(h["text"] == "" and h["doc_id"] != "payroll" for h in hits)
-    assert hits[0]["score"] > hits[1]["score"] and hits[0]["scores"] == {"visual": hits[0]["score"]}
+    top = hits[0]["score"]
+    assert top > hits[1]["score"] and hits[0]["scores"] == {"visual": top, "visual_maxsim": top}
     assert hits[0]["title"] == "Report" and hits[0]["page_no"] == 1
     assert retriever.retrieve("harvest", top_k=1)[0]["doc_id"] == "report"
     assert ColPaliVisualRetriever(embedder).retrieve("anything") == []
@@ -91,7 +98,9 @@ def test_restricted_isolation_has_a_reverse_proof() -> None:
     assert _restricted_leaks(_Leaky)
 
 
-def test_render_pdf_pages_gives_png_bytes_at_the_published_dpi(tmp_path: Path) -> None:
+def test_render_pdf_pages_gives_png_bytes_at_the_published_dpi(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from PIL import Image
 
     path = tmp_path / "two.pdf"
@@ -100,8 +109,10 @@ def test_render_pdf_pages_gives_png_bytes_at_the_published_dpi(tmp_path: Path) -
     assert len(pngs) == 2 and all(p.startswith(b"\x89PNG") for p in pngs)
     with Image.open(io.BytesIO(pngs[0])) as image:
         assert image.size == (612 * RENDER_DPI // 72, 792 * RENDER_DPI // 72)
-    with pytest.raises(ValueError):
-        render_pdf_pages(tmp_path / "missing.pdf")
+    # As published: an unreadable PDF renders no pages (and says why in the log), so no index is built.
+    with caplog.at_level(logging.WARNING):
+        assert render_pdf_pages(tmp_path / "missing.pdf") == []
+    assert "missing.pdf" in caplog.text
 
 
 def test_the_embedder_constructs_without_weights_and_fails_in_one_line() -> None:
@@ -117,13 +128,29 @@ def test_the_embedder_constructs_without_weights_and_fails_in_one_line() -> None
 
 def test_the_factory_and_registry(caplog: pytest.LogCaptureFixture) -> None:
     assert VISUAL_EMBEDDERS.names() == ["colpali"]
-    assert make_visual_embedder() is None and make_visual_embedder("none") is None
+    assert make_visual_embedder("none") is None
+    assert isinstance(make_visual_embedder(" colqwen2 "), ColPaliVisualEmbedder)  # the published aliases
+    assert isinstance(make_visual_embedder("visual"), ColPaliVisualEmbedder)
+    made_inline = make_visual_embedder("colpali:/m/inline")
+    assert isinstance(made_inline, ColPaliVisualEmbedder) and made_inline.model_name == "/m/inline"
     assert isinstance(make_visual_embedder("ColPali", batch_size=2), ColPaliVisualEmbedder)
     with caplog.at_level(logging.WARNING):
         assert make_visual_embedder("colqwen9") is None
     assert "colqwen9" in caplog.text
     made = make_visual_embedder(settings=Settings(visual_embedder="colpali", visual_model="/m/tiny"))
     assert isinstance(made, ColPaliVisualEmbedder) and made.model_name == "/m/tiny"
+
+
+def test_the_factory_reads_the_spec_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAGSPINE_VISUAL_EMBEDDER", raising=False)
+    monkeypatch.delenv("RAGSPINE_COLPALI_MODEL", raising=False)
+    assert make_visual_embedder() is None  # unset: visual retrieval stays off
+    monkeypatch.setenv("RAGSPINE_VISUAL_EMBEDDER", "colpali")
+    monkeypatch.setenv("RAGSPINE_COLPALI_MODEL", "Qdrant/colqwen2-v0.1")
+    made = make_visual_embedder()
+    assert isinstance(made, ColPaliVisualEmbedder) and made.model_name == "Qdrant/colqwen2-v0.1"
+    given = make_visual_embedder(model_name="/m/x")
+    assert isinstance(given, ColPaliVisualEmbedder) and given.model_name == "/m/x"
 
 
 @pytest.mark.slow
@@ -146,3 +173,40 @@ def test_the_embedder_runs_a_tiny_colpali(tmp_path: Path) -> None:
     assert sorted(h["page_no"] for h in hits) == [1, 2] and folder.is_dir()
     with pytest.raises(ValueError, match="not a readable image"):
         embedder.embed_images([b"not an image"])
+
+
+def test_the_embedder_runs_on_fastembed_when_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fastembed is not installed here and downloads its models: its multimodal class is stood in for by
+    # one with the same calls, recording them (our side of the contract is under test).
+    from PIL import Image
+
+    seen: dict[str, list[object]] = {"init": [], "text": [], "images": []}
+
+    class LateInteractionMultimodalEmbedding:
+        def __init__(self, model_name: str, **options: object) -> None:
+            seen["init"].append((model_name, options))
+
+        def embed_text(self, query: str) -> Iterator[list[list[float]]]:
+            seen["text"].append(query)
+            return iter([[[1.0, 0.0], [0.0, 1.0]]])
+
+        def embed_image(self, images: list[object], batch_size: int = 16) -> Iterator[list[list[float]]]:
+            seen["images"].append((len(images), batch_size))
+            return iter([[[1.0, 0.0]] for _ in images[: 1 if len(images) == 3 else None]])
+
+    module = types.ModuleType("fastembed")
+    module.LateInteractionMultimodalEmbedding = LateInteractionMultimodalEmbedding  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fastembed", module)
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), (9, 9, 9)).save(buffer, format="PNG")
+    png = buffer.getvalue()
+    embedder = ColPaliVisualEmbedder(cache_dir="/nowhere", threads=3, batch_size=2)
+    assert embedder.embed_query("what revenue") == [[1.0, 0.0], [0.0, 1.0]]
+    assert embedder.embed_images([png, png]) == [[[1.0, 0.0]], [[1.0, 0.0]]]
+    assert seen["init"] == [(DEFAULT_COLPALI_MODEL, {"cache_dir": "/nowhere", "threads": 3})]  # loaded once
+    assert seen["text"] == ["what revenue"] and seen["images"] == [(2, 2)]
+    with pytest.raises(ValueError, match="returned 1 results for 3"):
+        embedder.embed_images([png, png, png])
+    monkeypatch.setitem(sys.modules, "fastembed", None)
+    with pytest.raises(ImportError, match=r"fastembed.*ragspine\[colpali\]"):
+        ColPaliVisualEmbedder().embed_query("q")

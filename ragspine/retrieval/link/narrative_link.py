@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ragspine.retrieval.chunking.chunk_store import ChunkStore
 from ragspine.retrieval.constants import DEFAULT_TOP_K, RESTRICTED_SENSITIVITY
@@ -32,7 +32,7 @@ from ragspine.retrieval.pipeline import (
 )
 from ragspine.retrieval.pipeline.request import split_filters
 from ragspine.retrieval.postprocess import make_postprocessor
-from ragspine.retrieval.seams import EmbeddingBackend, Reranker
+from ragspine.retrieval.seams import EmbeddingBackend, ListwiseJudge, Reranker
 from ragspine.retrieval.vector.store import VectorStore
 from ragspine.settings import Settings
 
@@ -171,6 +171,14 @@ def _combine(
     return all_of(typed, conditions, metadata_filter)
 
 
+def _judge_of(reranker: Reranker | None, provider: LLMProvider | None) -> ListwiseJudge | None:
+    """The index's listwise judge: a model reranker that answers ``judge`` itself (the published
+    rerankers do) takes the LLM judge's place, as the spec says it takes precedence."""
+    if reranker is not None and callable(getattr(reranker, "judge", None)):
+        return cast(ListwiseJudge, reranker)
+    return ProviderListwiseJudge(provider) if provider is not None else None
+
+
 def build_narrative_retriever(
     chunk_db: str | Path,
     provider: LLMProvider | None = None,
@@ -198,7 +206,7 @@ def build_narrative_retriever(
             store,
             embedding_backend=embedding_backend,
             query_rewriter=GlossaryQueryRewriter(),
-            judge=ProviderListwiseJudge(provider) if provider is not None else None,
+            judge=_judge_of(reranker, provider),
             vector_store=vector_store,
             persistence_policy=persistence_policy,
             reranker=reranker,

@@ -1,78 +1,50 @@
 """The published LLM seam's answer: an OpenAI chat-completions object, and reading its text.
 
 A provider's ``chat(messages, *, tools=None)`` returns a ``ChatCompletion`` (``choices[0].message.content``
-is the answer text). The types here have the field names and order of the published ones (the
-``corespine`` package's, re-exported by ``ragspine.agent.llm_provider``), so code that builds or reads them
-works on either. ``ask`` is how every stage of this package calls a provider: only the published arguments
-are passed, and the reply is read by ``reply_text``, which accepts the completion object in any of its
-forms (these dataclasses, another package's equal ones, the OpenAI client's objects, the wire JSON as a
-dict) and a plain string from providers written before the seam took this shape.
+is the answer text). The types are the published ones, from the ``corespine`` package (a 60 KB,
+dependency-free wheel): code written for the published package builds them, reads them and checks
+``isinstance`` against them, so this package answers with the very same classes. ``ask`` is how every
+stage of this package calls a provider: only the published arguments are passed, and the reply is read by
+``reply_text``, which accepts the completion object in any of its forms (these dataclasses, the OpenAI
+client's objects, the wire JSON as a dict) and a plain string from providers written before the seam took
+this shape.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from corespine import ChatCompletion, Choice, FunctionCall, ResponseMessage, ToolCall, Usage
 
 __all__ = [
     "ChatCompletion",
     "Choice",
+    "FunctionCall",
     "ResponseMessage",
     "ToolCall",
     "Usage",
     "ask",
     "completion",
     "reply_text",
+    "tool_call",
 ]
 
 _ids = itertools.count(1)
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    """A function call the model asks for: ``function`` is ``{"name": ..., "arguments": <JSON string>}``."""
-
-    id: str
-    function: Mapping[str, Any] = field(default_factory=dict)
-    type: str = "function"
-
-
-@dataclass(frozen=True)
-class ResponseMessage:
-    """The assistant's message: its text (None when it only calls tools) and any tool calls."""
-
-    role: str = "assistant"
-    content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-
-
-@dataclass(frozen=True)
-class Choice:
-    index: int
-    message: ResponseMessage
-    finish_reason: str = "stop"
-
-
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class ChatCompletion:
-    """One chat completion (``object="chat.completion"``); the answer is ``choices[0].message.content``."""
-
-    choices: tuple[Choice, ...]
-    usage: Usage | None = None
-    model: str = ""
-    id: str = ""
-    created: int = 0
-    object: str = "chat.completion"
+def tool_call(call_id: str, name: str, arguments: Mapping[str, Any] | str | None = None) -> ToolCall:
+    """A function ``ToolCall``; ``arguments`` as a mapping is written as the JSON string the shape carries."""
+    if arguments is None:
+        text = "{}"
+    elif isinstance(arguments, str):
+        text = arguments
+    else:
+        text = json.dumps(dict(arguments), ensure_ascii=False)
+    return ToolCall(id=call_id, function=FunctionCall(name=name, arguments=text))
 
 
 def completion(
@@ -83,8 +55,9 @@ def completion(
     usage: Usage | None = None,
     finish_reason: str = "stop",
 ) -> ChatCompletion:
-    """A one-choice ``ChatCompletion`` answering ``text``."""
-    message = ResponseMessage(content=text, tool_calls=tuple(tool_calls))
+    """A one-choice ``ChatCompletion`` answering ``text`` (``tool_calls`` None when there are none, as
+    published)."""
+    message = ResponseMessage(content=text, tool_calls=tuple(tool_calls) or None)
     return ChatCompletion(
         choices=(Choice(0, message, finish_reason),),
         usage=usage,

@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import replace
 from typing import Any
 
-from ragspine.retrieval.llm.completion import ChatCompletion, ToolCall, Usage, completion
+from ragspine.retrieval.llm.completion import ChatCompletion, Usage, completion, tool_call
 from ragspine.retrieval.rerank.listwise_rerank import parse_listwise_prompt
 from ragspine.retrieval.seams import LLMProvider
 from ragspine.retrieval.text.tokenizer import tokenize
@@ -197,10 +197,17 @@ def post_with_retries(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _function(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function")
+    return fn if isinstance(fn, dict) else {}
+
+
 def _completion_of(reply: dict[str, Any], content: str | None, message: Any, choice0: Any) -> ChatCompletion:
     """The wire reply as a ``ChatCompletion`` (the first choice; tool calls and usage when present)."""
     calls = [
-        ToolCall(str(c.get("id", "")), dict(c.get("function") or {}), str(c.get("type", "function")))
+        tool_call(
+            str(c.get("id", "")), str(_function(c).get("name", "")), _function(c).get("arguments") or "{}"
+        )
         for c in message.get("tool_calls") or ()
         if isinstance(c, dict)
     ]

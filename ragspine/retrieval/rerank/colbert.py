@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ragspine.models.colbert import maxsim as _maxsim
-from ragspine.retrieval.rerank.published import LazyModelReranker
+from ragspine.retrieval.rerank.published import LazyModelReranker, counted, fastembed_module
 
 __all__ = [
     "COLBERT_MODEL_ENV",
@@ -43,6 +43,7 @@ class ColbertReranker(LazyModelReranker):
     """Passages ordered by MaxSim between the query's and each passage's token vectors."""
 
     name = "colbert"
+    extra = "colbert"
     kind = "ColBERT checkpoint"
     weights_hint = (
         "no PyPI package ships ColBERT weights: pass model_name= a local checkpoint folder (BERT weights "
@@ -63,3 +64,24 @@ class ColbertReranker(LazyModelReranker):
         from ragspine.models.colbert import ColBERTReranker
 
         return ColBERTReranker(path, max_batch_size=self.batch_size)
+
+    def _fastembed(self, options: dict[str, Any]) -> Any:
+        module = fastembed_module()
+        assert module is not None  # load() asks only when it imports
+        return _FastembedColbert(
+            module.LateInteractionTextEmbedding(self.model_name, **options), self.batch_size
+        )
+
+
+class _FastembedColbert:
+    """``fastembed``'s late-interaction model behind ``score``: MaxSim of the query's token vectors
+    (``query_embed``, ColBERT's query form) against each passage's (``embed``)."""
+
+    def __init__(self, model: Any, batch_size: int) -> None:
+        self.model = model
+        self.batch_size = batch_size
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        (query_vectors,) = counted("query_embed", self.model.query_embed(query), 1)
+        passages = counted("embed", self.model.embed(texts, batch_size=self.batch_size), len(texts))
+        return [maxsim(query_vectors, doc) for doc in passages]

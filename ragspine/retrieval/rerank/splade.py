@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ragspine.models.sparse import sparse_dot as _dot
-from ragspine.retrieval.rerank.published import LazyModelReranker
+from ragspine.retrieval.rerank.published import LazyModelReranker, counted, fastembed_module
 
 __all__ = [
     "DEFAULT_SPLADE_BATCH_SIZE",
@@ -35,6 +35,7 @@ class SpladeReranker(LazyModelReranker):
     """Passages ordered by the dot product of their SPLADE vector with the query's."""
 
     name = "splade"
+    extra = "splade"
     kind = "SPLADE model"
     weights_hint = (
         "pass model_name= a local SPLADE folder (a BertForMaskedLM with its tokenizer); the packaged "
@@ -56,3 +57,28 @@ class SpladeReranker(LazyModelReranker):
         from ragspine.models.sparse import SpladeReranker as SpladeScorer
 
         return SpladeScorer(SpladeEncoder(path, max_batch_size=self.batch_size, threads=self.threads))
+
+    def _fastembed(self, options: dict[str, Any]) -> Any:
+        module = fastembed_module()
+        assert module is not None  # load() asks only when it imports
+        return _FastembedSplade(module.SparseTextEmbedding(self.model_name, **options), self.batch_size)
+
+
+def _weights(vector: Any) -> dict[int, float]:
+    """A ``fastembed`` sparse embedding (parallel ``indices`` / ``values``) as term id → weight."""
+    return {int(i): float(v) for i, v in zip(vector.indices, vector.values, strict=True)}
+
+
+class _FastembedSplade:
+    """``fastembed``'s learned-sparse model behind ``score``: the query's vector (``query_embed``) dotted
+    with each passage's (``embed``)."""
+
+    def __init__(self, model: Any, batch_size: int) -> None:
+        self.model = model
+        self.batch_size = batch_size
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        (query_vector,) = counted("query_embed", self.model.query_embed(query), 1)
+        passages = counted("embed", self.model.embed(texts, batch_size=self.batch_size), len(texts))
+        weights = _weights(query_vector)
+        return [sparse_dot(weights, _weights(doc)) for doc in passages]

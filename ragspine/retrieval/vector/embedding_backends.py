@@ -257,10 +257,13 @@ def make_embedding_backend(
 ) -> EmbeddingBackend | None:
     """Select an embedding backend by name (case-insensitive).
 
-    ``spec=None`` resolves through ``settings.embedding_spec``, or without ``settings`` through the
-    environment, as the spec documents (``RAGSPINE_EMBEDDING_BACKEND``, else ``RAGSPINE_EMBEDDING``, default
-    ``"auto"``; ``ragspine.settings.spec_env_default``, which also gives that backend's OpenAI options).
-    Options a backend needs from the settings come from ``settings`` (without it, the defaults).
+    ``spec=None`` resolves through ``settings.embedding_spec`` (the service's selector:
+    ``RAGSPINE_EMBEDDING``, default ``"auto"``, with ``RAGSPINE_EMBEDDING_BACKEND`` winning when set).
+    Without ``settings`` it reads only what the spec documents for the library call,
+    ``RAGSPINE_EMBEDDING_BACKEND``, and unset that is ``None`` (the published "None -> None": the library
+    default stays pure BM25; ``"auto"`` is the selector that loads the packaged model).
+    ``ragspine.settings.spec_env_default`` also gives that backend's OpenAI options. Options a backend
+    needs from the settings come from ``settings`` (without it, the defaults).
 
     - ``"none"`` (or blank, ``"off"``) → ``None`` (pure BM25 + RRF)
     - ``"deterministic"`` → ``DeterministicEmbeddingBackend(**kwargs)``
@@ -288,7 +291,9 @@ def make_embedding_backend(
         if settings is None:
             # The spec's documented environment default (see ragspine.settings.SPEC_ENV_DEFAULTS).
             settings = spec_env_default("ragspine.retrieval.vector.embedding_backends.make_embedding_backend")
-        spec = settings.embedding_spec
+            spec = settings.embedding_backend or OFF
+        else:
+            spec = settings.embedding_spec
     name = choice(spec)
     if name == OFF:
         return None

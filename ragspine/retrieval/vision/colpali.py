@@ -25,9 +25,10 @@ import numpy as np
 from ragspine.common.registry import Registry
 from ragspine.models.packaged import cannot_load, local_model_path, resolve_model_dir
 from ragspine.retrieval.constants import is_restricted
+from ragspine.retrieval.rerank.colbert import maxsim
+from ragspine.retrieval.rerank.published import ModelUnavailable, counted, fastembed_module
 from ragspine.retrieval.visual.maxsim import maxsim_scores
-from ragspine.retrieval.visual.pages import page_locator
-from ragspine.settings import choice, is_off
+from ragspine.settings import choice, is_off, spec_env_default
 
 __all__ = [
     "COLPALI_MODEL_ENV",
@@ -41,6 +42,7 @@ __all__ = [
     "VisualEmbedder",
     "VisualPage",
     "make_visual_embedder",
+    "maxsim",
     "render_pdf_pages",
 ]
 
@@ -66,8 +68,9 @@ class VisualPage:
 
     @property
     def locator(self) -> str:
-        """``source_locator`` when given, else ``"{doc_id}#page={page_no}"``."""
-        return self.source_locator or page_locator(self.doc_id, self.page_no)
+        """``source_locator`` when given, else ``"{doc_id}#page{page_no}"`` (the published form; the service's
+        page leads are cited ``#page=N``, ``ragspine.retrieval.visual.pages.page_locator``)."""
+        return self.source_locator or f"{self.doc_id}#page{self.page_no}"
 
 
 @runtime_checkable
@@ -80,12 +83,18 @@ class VisualEmbedder(Protocol):
 
 
 def render_pdf_pages(path: str | Path) -> list[bytes]:
-    """Every page of the PDF at ``path`` as PNG bytes at ``RENDER_DPI``; ``ValueError`` for a missing,
-    corrupt, encrypted or empty PDF."""
+    """Every page of the PDF at ``path`` as PNG bytes at ``RENDER_DPI``; ``[]`` for a missing, corrupt,
+    encrypted or empty PDF, as published (the reason is logged as a warning), so a caller builds no visual
+    index for it."""
     from ragspine.retrieval.visual.pages import render_pdf_pages as render
 
     out: list[bytes] = []
-    for record in render(Path(path), dpi=RENDER_DPI):
+    try:
+        records = render(Path(path), dpi=RENDER_DPI)
+    except ValueError as exc:
+        log.warning("no pages rendered: %s", exc)
+        return []
+    for record in records:
         buffer = io.BytesIO()
         record.image.save(buffer, format="PNG")
         out.append(buffer.getvalue())
@@ -107,8 +116,25 @@ def _images(blobs: Sequence[bytes]) -> list[Any]:
     return images
 
 
+class _FastembedColPali:
+    """``fastembed``'s ColPali behind this package's encoder calls: ``embed_text`` for a query's token
+    vectors, ``embed_image`` for each page's patch vectors."""
+
+    def __init__(self, model: Any, batch_size: int) -> None:
+        self.model = model
+        self.batch_size = batch_size
+
+    def embed_queries(self, queries: list[str]) -> list[np.ndarray]:
+        (vectors,) = counted("embed_text", self.model.embed_text(queries[0]), 1)
+        return [np.asarray(vectors, dtype=np.float32)]
+
+    def embed_pages(self, images: list[Any]) -> list[np.ndarray]:
+        made = self.model.embed_image(images, batch_size=self.batch_size)
+        return [np.asarray(block, dtype=np.float32) for block in counted("embed_image", made, len(images))]
+
+
 class ColPaliVisualEmbedder:
-    """The published ColPali embedder: lazy, on this package's ColPali encoder."""
+    """The published ColPali embedder: lazy; on this package's ColPali encoder, or on ``fastembed``."""
 
     weights_hint = (
         "no PyPI package ships ColPali weights: pass model_name= a local ColPali checkpoint folder "
@@ -142,30 +168,53 @@ class ColPaliVisualEmbedder:
         return local_model_path(self.model_name, self.cache_dir)
 
     def load(self) -> Any:
-        """The encoder, loaded on the first call (``ValueError`` in one line when it cannot be)."""
+        """The encoder, loaded on the first call: this package's ColPali encoder for a local folder,
+        else ``fastembed``'s ``LateInteractionMultimodalEmbedding`` when ``fastembed`` is installed, else
+        this package's encoder on the local Hugging Face cache. ``ModelUnavailable`` (an ``ImportError``
+        and a ``ValueError``) in one line when none of them can load it."""
         with self._lock:
             if self._encoder is None:
-                from ragspine.retrieval.visual.encoders import ColPaliEncoder
-
-                try:
-                    # A Hub id becomes a local folder first (or fails at once), so the encoder never
-                    # waits on the network for its config files.
-                    folder = resolve_model_dir(self.model_path(), what="ColPali model")
-                    self._encoder = ColPaliEncoder(str(folder), device="auto", batch_size=self.batch_size)
-                except (ValueError, OSError) as exc:
-                    raise cannot_load("ColPali model", self.model_name, exc, self.weights_hint) from exc
+                self._encoder = self._load()
             return self._encoder
+
+    def _load(self) -> Any:
+        path = self.model_path()
+        module = None if Path(path).is_dir() else fastembed_module()
+        if module is not None:
+            options: dict[str, Any] = {}
+            if self.cache_dir is not None:
+                options["cache_dir"] = self.cache_dir
+            if self.threads is not None:
+                options["threads"] = self.threads
+            model = module.LateInteractionMultimodalEmbedding(self.model_name, **options)
+            return _FastembedColPali(model, self.batch_size)
+        from ragspine.retrieval.visual.encoders import ColPaliEncoder
+
+        try:
+            # A Hub id becomes a local folder first (or fails at once), so the encoder never waits on
+            # the network for its config files.
+            folder = resolve_model_dir(path, what="ColPali model")
+            return ColPaliEncoder(str(folder), device="auto", batch_size=self.batch_size)
+        except (ImportError, ValueError, OSError) as exc:
+            hint = "install fastembed to load it through it (pip install 'ragspine[colpali]'), or "
+            raise ModelUnavailable(
+                str(cannot_load("ColPali model", self.model_name, exc, hint + self.weights_hint))
+            ) from exc
 
     def embed_query(self, query: str) -> list[list[float]]:
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
-        vectors: list[list[float]] = self.load().embed_queries([query])[0].tolist()
+        vectors: list[list[float]] = np.asarray(self.load().embed_queries([query])[0]).tolist()
         return vectors
 
     def embed_images(self, images: Sequence[bytes]) -> list[list[list[float]]]:
         if not images:
             return []
-        return [block.tolist() for block in self.load().embed_pages(_images(images))]
+        pictures = _images(images)
+        blocks = self.load().embed_pages(pictures)
+        if len(blocks) != len(pictures):
+            raise ValueError(f"the ColPali model returned {len(blocks)} pages for {len(pictures)} images")
+        return [np.asarray(block).tolist() for block in blocks]
 
 
 class ColPaliVisualRetriever:
@@ -187,6 +236,11 @@ class ColPaliVisualRetriever:
 
     def __len__(self) -> int:
         return len(self._pages)
+
+    @property
+    def pages(self) -> list[VisualPage]:
+        """The pages held (the open ones given, in order; RESTRICTED pages are never among them)."""
+        return list(self._pages)
 
     def add_pages(self, pages: Sequence[VisualPage]) -> int:
         """Embed and keep the open ``pages``; returns how many were added (RESTRICTED ones are not)."""
@@ -228,32 +282,41 @@ class ColPaliVisualRetriever:
                     "title": page.title,
                     "sensitivity": page.sensitivity,
                     "text": "",
+                    "is_visual": True,
                     "score": score,
-                    "scores": {"visual": score},
+                    "scores": {"visual": score, "visual_maxsim": score},
                 }
             )
         return out
 
 
 VISUAL_EMBEDDERS = Registry("visual_embedder")
-VISUAL_EMBEDDERS.register("colpali", ColPaliVisualEmbedder)
+VISUAL_EMBEDDERS.register("colpali", ColPaliVisualEmbedder, aliases=("colqwen2", "visual"))
 
 
 def make_visual_embedder(spec: str | None = None, **kwargs: Any) -> VisualEmbedder | None:
-    """The embedder named by ``spec`` (``colpali``; ``kwargs`` go to it), or None: for ``spec`` None,
-    ``none``/``off``, and, with a logged warning, an unknown name (visual retrieval then stays off, as the
-    published factory does). ``settings=`` in ``kwargs`` supplies the name when ``spec`` is None
-    (``settings.visual_embedder``) and the model (``settings.visual_model``) when none is given."""
+    """The embedder named by ``spec`` (``colpali``, or its aliases ``colqwen2`` / ``visual``, optionally
+    ``family:model``; ``kwargs`` go to it), or None: for ``none``/``off``, and, with a logged warning, an
+    unknown name (visual retrieval then stays off, as the published factory does).
+
+    ``spec=None`` reads ``RAGSPINE_VISUAL_EMBEDDER`` (default ``none``) and, without ``model_name``,
+    ``RAGSPINE_COLPALI_MODEL``, as the spec documents; ``settings=`` in ``kwargs`` supplies both instead
+    (``settings.visual_embedder``, ``settings.visual_model``)."""
     settings = kwargs.pop("settings", None)
-    if spec is None and settings is not None:
-        spec = settings.visual_embedder
-        if settings.visual_model and "model_name" not in kwargs:
-            kwargs["model_name"] = settings.visual_model
-    if spec is None or is_off(spec):
+    if settings is None:
+        env = spec_env_default("ragspine.retrieval.vision.colpali.make_visual_embedder")
+        default_spec, default_model = env.visual_embedder, env.colpali_model
+    else:
+        default_spec, default_model = settings.visual_embedder, settings.visual_model
+    raw = default_spec if spec is None else spec
+    if is_off(raw):
         return None
-    name = choice(spec)
+    family, _, inline = str(raw).partition(":")
+    name = choice(family)
     if name not in VISUAL_EMBEDDERS:
-        log.warning("unknown visual embedder %r (choices: %s); visual retrieval stays off", spec, "colpali")
+        log.warning("unknown visual embedder %r (choices: colpali, colqwen2, visual); visual stays off", raw)
         return None
+    if "model_name" not in kwargs and (inline.strip() or default_model):
+        kwargs["model_name"] = inline.strip() or default_model
     made: VisualEmbedder = VISUAL_EMBEDDERS.make(name, **kwargs)
     return made

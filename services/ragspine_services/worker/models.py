@@ -1,6 +1,6 @@
 """The worker's models, loaded lazily through the library's factories on first use.
 
-Each capability has a factory ``spec -> model`` (``make_embedding_backend``, ``make_reranker``, a sparse
+Each capability has a factory ``spec -> model`` (``make_embedding_backend``, ``build_reranker``, a sparse
 encoder factory). Tests inject small fakes through :class:`ModelFactories`; production uses the defaults,
 which import the model runtimes only when a request first needs them.
 """
@@ -32,7 +32,7 @@ def _lazy_factory(module: str, name: str) -> Callable[..., Any]:
 
 
 _EMBEDDING = _lazy_factory("ragspine.retrieval.vector.embedding_backends", "make_embedding_backend")
-_RERANKER = _lazy_factory("ragspine.retrieval.rerank.cross_encoder", "make_reranker")
+_RERANKER = _lazy_factory("ragspine.retrieval.rerank.cross_encoder", "build_reranker")
 _SPLADE = _lazy_factory("ragspine.models.sparse", "SpladeEncoder")
 # "colqwen2" / "colpali", optionally "family:model id or path" (see make_visual_encoder).
 _VISUAL = _lazy_factory("ragspine.retrieval.visual.factory", "make_visual_encoder")

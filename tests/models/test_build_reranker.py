@@ -1,4 +1,4 @@
-"""``make_reranker``: spec and RAGSPINE_* resolution, the auto fallback, errors."""
+"""``build_reranker``: spec and RAGSPINE_* resolution, the auto fallback, errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from ragspine.retrieval.rerank.cross_encoder import (
     RERANKER_CHOICES,
     ColBERTReranker,
-    make_reranker,
+    build_reranker,
 )
 from ragspine.retrieval.rerank.cross_encoder import CrossEncoderScorer as CrossEncoderReranker
 from ragspine.retrieval.rerank.cross_encoder import SpladeScorer as SpladeReranker
@@ -24,16 +24,16 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_none_means_no_reranker(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert make_reranker("none") is None
-    assert make_reranker(" None ") is None
-    assert make_reranker() is None  # Settings default is "none"
+    assert build_reranker("none") is None
+    assert build_reranker(" None ") is None
+    assert build_reranker() is None  # Settings default is "none"
     monkeypatch.setenv("RAGSPINE_RERANKER", "none")
-    assert make_reranker(None) is None
+    assert build_reranker(None) is None
 
 
 def test_unknown_spec_lists_the_choices() -> None:
     with pytest.raises(ValueError) as info:
-        make_reranker("bm42")
+        build_reranker("bm42")
     for choice in RERANKER_CHOICES:
         assert choice in str(info.value)
 
@@ -41,7 +41,7 @@ def test_unknown_spec_lists_the_choices() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["cross_encoder", "ce", "CE", "cross-encoder"])
 def test_cross_encoder_from_kwargs(spec: str, tiny_cross_encoder: Path) -> None:
-    reranker = make_reranker(spec, model_name_or_path=str(tiny_cross_encoder), device="cpu")
+    reranker = build_reranker(spec, model_name_or_path=str(tiny_cross_encoder), device="cpu")
     assert isinstance(reranker, CrossEncoderReranker)
     assert reranker.model_name == str(tiny_cross_encoder)
 
@@ -52,35 +52,36 @@ def test_spec_and_model_from_the_variables_through_settings(
 ) -> None:
     model = str(tiny_cross_encoder)
     env = {"RAGSPINE_RERANKER": "ce", "RAGSPINE_RERANKER_MODEL": model, "RAGSPINE_DEVICE": "cpu"}
-    reranker = make_reranker(settings=Settings.from_env(env))
+    reranker = build_reranker(settings=Settings.from_env(env))
     assert isinstance(reranker, CrossEncoderReranker)
     assert reranker.model_name == str(tiny_cross_encoder) and reranker.device == "cpu"
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert make_reranker() is None  # no settings: the default, whatever the environment says
+    assert build_reranker() is None  # no settings: the default, whatever the environment says
 
 
 @pytest.mark.slow
 def test_auto_loads_when_it_can(tiny_cross_encoder: Path) -> None:
-    assert isinstance(make_reranker("auto", model_name_or_path=str(tiny_cross_encoder)), CrossEncoderReranker)
+    made = build_reranker("auto", model_name_or_path=str(tiny_cross_encoder))
+    assert isinstance(made, CrossEncoderReranker)
 
 
 def test_auto_degrades_to_none_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        assert make_reranker("auto", model_name_or_path=str(tmp_path / "absent")) is None
+        assert build_reranker("auto", model_name_or_path=str(tmp_path / "absent")) is None
     assert "reranking disabled" in caplog.text
 
 
 def test_explicit_cross_encoder_that_cannot_load_raises(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="absent"):
-        make_reranker("cross_encoder", model_name_or_path=str(tmp_path / "absent"))
+        build_reranker("cross_encoder", model_name_or_path=str(tmp_path / "absent"))
 
 
 @pytest.mark.slow
 def test_colbert_and_splade(tiny_colbert: Path) -> None:
     assert isinstance(
-        make_reranker("colbert", model_name_or_path=str(tiny_colbert), device="cpu"), ColBERTReranker
+        build_reranker("colbert", model_name_or_path=str(tiny_colbert), device="cpu"), ColBERTReranker
     )
-    splade = make_reranker("splade", device="cpu")
+    splade = build_reranker("splade", device="cpu")
     assert isinstance(splade, SpladeReranker)
     assert splade.score("heart attack", ["heart attack risk", "stock prices"])[0] > 0
