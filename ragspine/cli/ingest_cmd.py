@@ -6,6 +6,10 @@ same name in different subfolders never collide. ``manifest.json`` overrides the
 A folder holding ``corpus.jsonl`` is a BEIR dataset: only the corpus is ingested (never queries.jsonl or
 qrels). Works on ``--data-dir`` directly, or through a running front with ``--server host:port``.
 
+Each file has its own outcome: stored, replaced, unchanged, or failed with its reason (a file of a type
+that cannot be ingested, one that cannot be read or parsed); the good ones are stored, a summary names the
+failures, and the command exits 1 when any file failed (0 otherwise). Nothing is skipped without a word.
+
 Ingest returns once the text is stored (searchable lexically at once); vectors are made in the background.
 ``--wait`` then shows progress until the library's vectors are ready (a bar on a terminal, a line every
 few seconds otherwise). Without ``--server`` it loads the configured models and fills them in-process.
@@ -61,6 +65,12 @@ class Source:
     doc_id: str = ""
     fields: dict[str, Any] = field(default_factory=dict)
     beir: bool = False
+    unsupported: str = ""  # why the file cannot be ingested (its type); it is reported, never sent
+
+
+def _unsupported(path: Path) -> str:
+    kinds = ", ".join(sorted(s.lstrip(".") for s in _FILE_SUFFIXES))
+    return f"unsupported file type {path.suffix or '(no suffix)'}; ingestible: {kinds}, jsonl (BEIR corpus)"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -156,7 +166,10 @@ def _from_folder(folder: Path) -> list[Source]:
             ):
                 sources.append(Source(child, str(child), beir=True))
             continue
+        if child.name.startswith(".") or child.name == "manifest.json":
+            continue  # hidden files and the manifest are not documents
         if suffix not in _FILE_SUFFIXES:
+            sources.append(Source(child, str(child), doc_id=rel, unsupported=_unsupported(child)))
             continue
         entry = manifest.get(rel, {})
         doc_id = entry.get("doc_id") or rel[: -len(child.suffix)]
@@ -178,16 +191,15 @@ def discover(paths: list[str]) -> list[Source]:
                 sources.append(Source(path, raw, beir=True))
                 continue
             if path.suffix.lower() not in _FILE_SUFFIXES:
-                raise ValueError(
-                    f"{raw}: unsupported file type {path.suffix or '(none)'}; use txt, md, pdf or jsonl"
-                )
+                sources.append(Source(path, raw, doc_id=path.name, unsupported=_unsupported(path)))
+                continue
             entry = _manifest(path.parent).get(path.name, {})
             sources.append(Source(path, raw, doc_id=entry.get("doc_id") or path.stem, fields=entry))
         else:
             raise FileNotFoundError(f"no such file or folder: {raw}")
     seen: dict[str, str] = {}
     for source in sources:
-        if source.beir:
+        if source.beir or source.unsupported:
             continue
         if source.doc_id in seen:
             raise ValueError(
@@ -212,8 +224,16 @@ def _metadata(raw: Any, where: str) -> dict[str, Any]:
     }
 
 
-def documents(args: argparse.Namespace, sources: list[Source], labels: dict[str, str]) -> Iterator[Any]:
-    """Client ``Document``s for every source, read lazily; ``labels`` maps each doc_id to its file."""
+def documents(
+    args: argparse.Namespace,
+    sources: list[Source],
+    labels: dict[str, str],
+    not_sent: list[tuple[str, str]] | None = None,
+) -> Iterator[Any]:
+    """Client ``Document``s for every source, read lazily; ``labels`` maps each doc_id to its file. A
+    source that cannot be sent (an unsupported type, a file that cannot be read) is added to ``not_sent``
+    as ``(file, reason)`` and left out."""
+    skipped = [] if not_sent is None else not_sent
     from ragspine.ingest import iter_beir_jsonl
     from ragspine_client import Document
 
@@ -221,6 +241,9 @@ def documents(args: argparse.Namespace, sources: list[Source], labels: dict[str,
     if args.sensitivity:
         defaults["sensitivity"] = args.sensitivity
     for source in sources:
+        if source.unsupported:
+            skipped.append((source.label, source.unsupported))
+            continue
         if source.beir:
             for record in iter_beir_jsonl(source.path, limit=args.limit):
                 labels[record.doc_id] = source.label
@@ -234,7 +257,8 @@ def documents(args: argparse.Namespace, sources: list[Source], labels: dict[str,
         try:
             data = source.path.read_bytes()
         except OSError as exc:
-            raise OSError(f"cannot read {source.label}: {exc.strerror or exc}") from None
+            skipped.append((source.label, f"cannot read it: {exc.strerror or exc}"))
+            continue
         labels[source.doc_id] = source.label
         yield Document(
             source.doc_id,
@@ -274,11 +298,17 @@ def _run(args: argparse.Namespace) -> int:
             f"BEIR corpus: ingesting {', '.join(beir)} (queries and qrels are not documents)", file=sys.stderr
         )
     labels: dict[str, str] = {}
+    not_sent: list[tuple[str, str]] = []
+    if all(s.unsupported for s in sources):
+        for source in sources:
+            print(f"failed: {source.label}: {source.unsupported}", file=sys.stderr)
+        print(f"nothing ingested into {args.library!r}: {len(sources)} files failed", file=sys.stderr)
+        return 1
     # --wait without --server fills the vectors here, so it needs the models; a plain ingest stores text.
     front = FrontAccess(args, load_models=bool(args.wait) and not args.server, timeout_s=3600.0)
     try:
         with Progress(f"ingest → {args.library}") as progress:
-            stream = _Capturing(documents(args, sources, labels), progress)
+            stream = _Capturing(documents(args, sources, labels, not_sent), progress)
             try:
                 result = front.ingest_stream(
                     args.library, iter(stream), chunker=args.chunker, contextual=args.contextual
@@ -286,37 +316,61 @@ def _run(args: argparse.Namespace) -> int:
             except Exception:
                 if stream.error is not None:
                     raise stream.error from None
+                for label, reason in not_sent:  # the files that were never sent still get their line
+                    print(f"failed: {label}: {reason}", file=sys.stderr)
+                if not labels and not_sent:  # nothing could be sent at all
+                    print(
+                        f"nothing ingested into {args.library!r}: {len(not_sent)} files failed",
+                        file=sys.stderr,
+                    )
+                    return 1
                 raise
+        failed = _print_ingested(args, result, labels, not_sent)
         if args.wait:
-            _print_ingested(args, result, labels)
             wait_for_vectors(front, args.library)
-            return 0
     finally:
         front.close()
-    _print_ingested(args, result, labels)
-    return 0
+    return 1 if failed else 0
 
 
-def _print_ingested(args: argparse.Namespace, result: Any, labels: dict[str, str]) -> None:
+def _print_ingested(
+    args: argparse.Namespace,
+    result: Any,
+    labels: dict[str, str],
+    not_sent: list[tuple[str, str]] | None = None,
+) -> int:
+    """Print the outcome (a summary, or JSON with ``--json``); returns how many files failed."""
+    not_sent = not_sent or []
+    failures = [
+        (labels.get(r.doc_id, r.doc_id or f"document {r.index}"), r.error) for r in result.results if r.failed
+    ]
+    failures += not_sent
     if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
-        return
+        payload = result.to_dict()
+        payload["not_sent"] = [{"file": label, "error": reason} for label, reason in not_sent]
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        return len(failures)
     for r in result.results:
         if r.replaced:
             print(f"replaced the stored version of {r.doc_id!r} with {labels.get(r.doc_id, r.doc_id)}")
-    written = sum(r.chunks_written for r in result.results)
-    unchanged = sum(1 for r in result.results if r.chunks_written == 0)
-    replaced = sum(1 for r in result.results if r.replaced)
+    stored = [r for r in result.results if not r.failed]
+    written = sum(r.chunks_written for r in stored)
+    unchanged = sum(1 for r in stored if r.chunks_written == 0 and r.pages_indexed == 0)
+    replaced = sum(1 for r in stored if r.replaced)
+    failed = f", {len(failures)} failed" if failures else ""
     print(
-        f"ingested {len(result.results)} documents into {args.library!r}: {written} chunks written, "
-        f"{replaced} replaced, {unchanged} unchanged ({result.total_ms / 1000:.1f} s)"
+        f"ingested {len(stored)} documents into {args.library!r}: {written} chunks written, "
+        f"{replaced} replaced, {unchanged} unchanged{failed} ({result.total_ms / 1000:.1f} s)"
     )
-    pages = sum(r.pages_indexed for r in result.results)
+    pages = sum(r.pages_indexed for r in stored)
     if pages:
         print(f"{pages} pages rendered and indexed for visual retrieval")
-    pending = sum(r.chunks_pending_vectors for r in result.results)
+    pending = sum(r.chunks_pending_vectors for r in stored)
     if pending:
         print(f"{pending} chunks await vectors (searchable lexically now; hybrid fills in as they are made)")
+    for label, reason in failures:
+        print(f"failed: {label}: {reason}", file=sys.stderr)
+    return len(failures)
 
 
 def _library_pending(front: Any, library: str) -> int:

@@ -76,6 +76,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--top-k", type=int, default=5, help="snippets to print (default 5)")
     parser.add_argument("--mode", choices=("default", "lexical", "hybrid"), default="default")
+    parser.add_argument(
+        "--min-relevance",
+        type=float,
+        default=None,
+        help="drop snippets whose relevance (0-1) is below this; 0 shows every one (default: the server's "
+        "answer gate, which empties an answer whose best snippet is weak)",
+    )
     parser.add_argument("--json", action="store_true", help="print the response as JSON (snake_case names)")
     add_connection_args(parser, what="queries")
     parser.set_defaults(func=_run)
@@ -152,6 +159,10 @@ def _run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         mode=MODES[args.mode],
     )
+    if args.min_relevance is not None:
+        if not 0.0 <= args.min_relevance <= 1.0:
+            raise ValueError(f"--min-relevance must be between 0 and 1, got {args.min_relevance}")
+        request.min_relevance = args.min_relevance
     front = FrontAccess(args)
     try:
         result = front.retrieve(request)
@@ -175,8 +186,16 @@ def _run(args: argparse.Namespace) -> int:
             )
     if not result.snippets:
         print("no matching snippets")
+    if result.below_min_relevance:
+        print(
+            f"({result.below_min_relevance} snippets were below the relevance threshold; "
+            "--min-relevance 0 shows them)"
+        )
     for rank, s in enumerate(result.snippets, start=1):
-        print(f"[{rank}] {s.title or s.doc_id} — {s.source_locator} ({s.library_id}, {s.chunk_id})")
+        print(
+            f"[{rank}] {s.title or s.doc_id} — {s.source_locator} ({s.library_id}, {s.chunk_id}) "
+            f"relevance {s.relevance:.2f}"
+        )
         text = " ".join(s.text.split())
         print(f"    {text[:400]}{'…' if len(text) > 400 else ''}")
     return 0

@@ -202,3 +202,48 @@ def test_progress_is_a_bar_on_a_tty_and_lines_elsewhere() -> None:
     with Progress("ingest → lib", stream=tty, every_s=0.0) as progress:
         progress.update(3)
     assert "\r" in tty.getvalue() and "3doc" in tty.getvalue() and "3 docs (" not in tty.getvalue()
+
+
+def test_a_folder_with_bad_files_stores_every_good_one_and_names_each_failure(
+    server, tmp_path: Path, capsys
+) -> None:
+    folder = tmp_path / "mixed"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "good.txt").write_text("The irrigation pump runs at dawn.")
+    (folder / "sub" / "good.md").write_text("# Pumps\n\nThe backup pump is tested weekly.")
+    (folder / "empty.txt").write_text("")
+    (folder / "latin1.txt").write_bytes("Café prices rose.".encode("latin-1"))
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    (folder / "report.docx").write_bytes(b"PK\x03\x04 pretend")
+    (folder / ".hidden.txt").write_text("never a document")
+    assert main(["ingest", str(folder), "--library", "mix", "--server", server]) == 1
+    out, err = capsys.readouterr()
+    assert "ingested 2 documents into 'mix'" in out and "4 failed" in out
+    failed = sorted(line.split(": ", 2)[1] for line in err.splitlines() if line.startswith("failed: "))
+    assert failed == sorted(str(folder / n) for n in ("broken.pdf", "empty.txt", "latin1.txt", "report.docx"))
+    assert "unsupported file type .docx" in err and "UTF-8" in err and "no text" in err
+    assert ".hidden" not in err + out
+    assert main(["query", "pump", "--server", server, "--json", "--top-k", "10"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert sorted({s["doc_id"] for s in answer["snippets"]}) == ["good", "sub/good"]
+    # The same folder again: the good files are unchanged, the bad ones fail again; --json says it all.
+    assert main(["ingest", str(folder), "--library", "mix", "--server", server, "--json"]) == 1
+    payload = json.loads(capsys.readouterr().out)
+    statuses = {r.get("doc_id"): r.get("status") for r in payload["results"]}
+    assert statuses["good"] == statuses["sub/good"] == "DOCUMENT_STATUS_UNCHANGED"
+    assert statuses["empty"] == "DOCUMENT_STATUS_FAILED"
+    (not_sent,) = payload["not_sent"]
+    assert not_sent["file"] == str(folder / "report.docx")
+    assert not_sent["error"].startswith("unsupported file type .docx")
+
+
+def test_only_unsupported_files_send_nothing_and_exit_1(server, tmp_path: Path, capsys) -> None:
+    notes = tmp_path / "notes.docx"
+    notes.write_bytes(b"PK\x03\x04")
+    assert main(["ingest", str(notes), "--library", "none", "--server", server]) == 1
+    err = capsys.readouterr().err
+    assert f"failed: {notes}: unsupported file type .docx" in err and "nothing ingested" in err
+    good = tmp_path / "fine.txt"
+    good.write_text("Fine text about pumps.")
+    assert main(["ingest", str(good), "--library", "none", "--server", server]) == 0
+    assert "failed" not in capsys.readouterr().err

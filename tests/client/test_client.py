@@ -104,6 +104,14 @@ def test_round_trip_with_typed_results(make_front) -> None:
         assert replaced.results[0].replaced is True
         unchanged = client.ingest("lib", [Document("memo", text="The board met on Friday.", title="Memo")])
         assert (unchanged.results[0].chunks_written, unchanged.results[0].replaced) == (0, False)
+        assert (replaced.results[0].status, unchanged.results[0].status) == ("replaced", "unchanged")
+        mixed = client.ingest("lib", [Document("new", text="Fresh minutes."), Document("void", text=" ")])
+        assert [(r.doc_id, r.status, r.failed, r.index) for r in mixed.results] == [
+            ("new", "stored", False, 0),
+            ("void", "failed", True, 1),
+        ]
+        assert "blank" in mixed.results[1].error and mixed.results[0].error == ""
+        client.delete_document("lib", "new")
         assert [lib.library_id for lib in client.list_libraries()] == ["lib"]
         assert client.info().max_top_k > 0
         assert client.delete_document("lib", "memo") > 0

@@ -219,7 +219,29 @@ def test_service_answers_nothing_relevant_with_nothing_by_default(front: InProce
             "retrieval_setting": {"top_k": 5, "score_threshold": 0},
         },
     )
-    assert (status, body) == (200, {"records": []})
+    # Dify with its threshold off asked for no gate: the top_k records come back, as its own knowledge
+    # base gives them, with their (low) scores; asking for a threshold drops them.
+    assert status == 200 and len(body["records"]) == min(5, len(everything.snippets))
+    assert all(r["score"] < DEFAULT_MIN_ANSWER_RELEVANCE for r in body["records"])
+    for setting in ({"top_k": 5}, {"top_k": 5, "score_threshold": None}):
+        _, absent = call(
+            front.base,
+            "POST",
+            "/retrieval",
+            {"knowledge_id": "lib-a", "query": OFF_TOPIC, "retrieval_setting": setting},
+        )
+        assert absent == body
+    status, asked = call(
+        front.base,
+        "POST",
+        "/retrieval",
+        {
+            "knowledge_id": "lib-a",
+            "query": OFF_TOPIC,
+            "retrieval_setting": {"top_k": 5, "score_threshold": 0.1},
+        },
+    )
+    assert (status, asked) == (200, {"records": []})
     status, body = call(front.base, "POST", "/v1/retrieve", {"query": OFF_TOPIC, "libraries": ["lib-a"]})
     assert (
         status == 200 and "snippets" not in body and body["below_min_relevance"] == len(everything.snippets)

@@ -256,3 +256,37 @@ def test_a_generic_type_with_no_known_name_is_a_400_that_says_what_to_send(front
     # A specific type still wins over the file name (reverse check: the name alone is not trusted then).
     status, body = _upload(front, "notes.md", "image/png", b"plain words")
     assert (status, body["code"]) == (400, "INVALID_ARGUMENT") and "unsupported MIME" in body["message"]
+
+
+def test_an_upload_of_several_files_reports_each_one(front: InProcess) -> None:
+    boundary = uuid.uuid4().hex
+    parts = [
+        ("river.md", "text/markdown", b"# River\n\nKingfishers nest by the weir."),
+        ("broken.pdf", "application/pdf", b"%PDF-1.4 broken"),
+        ("empty.txt", "text/plain", b""),
+    ]
+    body = b"".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+        f"Content-Type: {kind}\r\n\r\n".encode()
+        + data
+        + b"\r\n"
+        for name, kind, data in parts
+    )
+    status, answer = call(
+        front.base,
+        "POST",
+        "/v1/libraries/lib-a/upload",
+        raw=body + f"--{boundary}--\r\n".encode(),
+        content_type=f"multipart/form-data; boundary={boundary}",
+    )
+    assert status == 200, answer
+    outcome = [(r["doc_id"], r["status"], bool(r.get("error"))) for r in answer["results"]]
+    assert outcome == [
+        ("river", "DOCUMENT_STATUS_STORED", False),
+        ("broken", "DOCUMENT_STATUS_FAILED", True),
+        ("empty", "DOCUMENT_STATUS_FAILED", True),
+    ]
+    status, found = call(
+        front.base, "POST", "/v1/retrieve", {"query": "kingfishers weir", "libraries": ["lib-a"]}
+    )
+    assert status == 200 and found["snippets"][0]["doc_id"] == "river", found

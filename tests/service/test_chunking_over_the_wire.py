@@ -91,7 +91,7 @@ def test_bad_options_are_invalid_argument(make_front, request_, fragment: str) -
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and fragment in (err.value.details() or "")
 
 
-def test_unknown_chunker_stores_nothing(make_front) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_chunker_fails_its_document_only(make_front) -> None:  # type: ignore[no-untyped-def]
     front = make_front()
     _ingest(front)
     before = front.stub.ListLibraries(pb.ListLibrariesRequest()).libraries[0].chunk_count
@@ -99,11 +99,17 @@ def test_unknown_chunker_stores_nothing(make_front) -> None:  # type: ignore[no-
         pb.Document(doc_id="new", text="Fresh text."),
         pb.Document(doc_id="law", text="Replaced.", chunker="nope"),
     ]
-    with pytest.raises(grpc.RpcError) as err:
-        front.stub.Ingest(pb.IngestRequest(library="lib", documents=docs))
+    reply = front.stub.Ingest(pb.IngestRequest(library="lib", documents=docs))
+    new, law = reply.results
+    assert new.status == pb.DocumentStatus.DOCUMENT_STATUS_STORED
+    assert law.status == pb.DocumentStatus.DOCUMENT_STATUS_FAILED
+    assert "documents[1]" in law.error and "choose one of" in law.error
+    after = front.stub.ListLibraries(pb.ListLibrariesRequest()).libraries[0].chunk_count
+    assert after == before + new.chunks_written  # the stored "law" document is untouched
+    with pytest.raises(grpc.RpcError) as err:  # alone, it fails the call
+        front.stub.Ingest(pb.IngestRequest(library="lib", documents=docs[1:]))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "documents[1]" in (err.value.details() or "") and "choose one of" in (err.value.details() or "")
-    assert front.stub.ListLibraries(pb.ListLibrariesRequest()).libraries[0].chunk_count == before
+    assert "documents[0]" in (err.value.details() or "") and "choose one of" in (err.value.details() or "")
 
 
 def _summary_sources(front) -> set[str]:  # type: ignore[no-untyped-def]

@@ -19,8 +19,19 @@ def test_ingest_and_query_on_a_data_dir(tmp_path: Path, capsys, monkeypatch) -> 
     assert main(["query", "emergency button maintenance", "--data-dir", data, "--top-k", "1"]) == 0
     out = capsys.readouterr().out
     assert "[1] Harvest Arm H2 Safety Summary — harvest_arm_safety_summary.pdf#para" in out
+    shown = float(out.split("relevance ", 1)[1].split()[0])  # each snippet says how relevant it is
+    assert 0.15 <= shown <= 1.0
     assert main(["query", f"{RESTRICTED_MARKER} works council", "--data-dir", data, "--top-k", "20"]) == 0
     assert RESTRICTED_MARKER not in capsys.readouterr().out
+    # An off-topic question meets the answer gate, and the output says how to see what it held back.
+    off_topic = ["query", "harvest moon folklore poems", "--data-dir", data]
+    assert main(off_topic) == 0
+    gated = capsys.readouterr().out
+    assert "no matching snippets" in gated and "--min-relevance 0 shows them" in gated
+    assert main([*off_topic, "--min-relevance", "0"]) == 0
+    assert "[1] " in capsys.readouterr().out
+    assert main([*off_topic, "--min-relevance", "2"]) == 2
+    assert "between 0 and 1" in capsys.readouterr().err
 
 
 def test_query_reports_bad_filters_as_usage_errors(tmp_path: Path, capsys) -> None:

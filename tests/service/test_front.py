@@ -7,6 +7,7 @@ import time
 import grpc
 import pytest
 
+from ragspine.ingest.limits import IngestLimits
 from ragspine_services._gen import retrieval_pb2 as pb
 from ragspine_services.front.servicer import FrontLimits
 from ragspine_services.worker.servicer import WorkerLimits
@@ -138,22 +139,102 @@ def test_malformed_retrieve_is_invalid_argument(make_front, request_, fragment: 
     assert fragment in info.value.details()
 
 
-def test_bad_ingest_stores_nothing_and_loses_nothing(make_front) -> None:
+def test_a_bad_document_fails_alone_and_loses_nothing(make_front) -> None:
     front = make_front()
     _ingest_sample(front)
     before = front.stub.ListLibraries(pb.ListLibrariesRequest(), timeout=5).libraries[0].chunk_count
     batch = [
         pb.Document(doc_id="new-good", text="A brand new fertiliser schedule for cucumbers."),
         pb.Document(doc_id="new-bad", file=b"%PDF-1.4 broken", filename="broken.pdf"),
+        pb.Document(doc_id="empty", text="   "),
+    ]
+    response = front.stub.Ingest(pb.IngestRequest(library="demo", documents=batch), timeout=5)
+    status = pb.DocumentStatus
+    assert [(r.index, r.doc_id, r.status) for r in response.results] == [
+        (0, "new-good", status.DOCUMENT_STATUS_STORED),
+        (1, "new-bad", status.DOCUMENT_STATUS_FAILED),
+        (2, "empty", status.DOCUMENT_STATUS_FAILED),
+    ]
+    assert "documents[1] (new-bad)" in response.results[1].error and "PDF" in response.results[1].error
+    assert response.results[1].chunks_written == 0 and response.results[0].error == ""
+    after = front.stub.ListLibraries(pb.ListLibrariesRequest(), timeout=5).libraries[0].chunk_count
+    assert after == before + response.results[0].chunks_written  # only the good one was added
+    assert "new-good" in {s.doc_id for s in _ask(front, "fertiliser cucumbers").snippets}
+    assert _ask(front, "battery swap", top_k=1).snippets[0].doc_id == "lumenfield-h2-overview"
+    # The same good document again is unchanged; a changed one replaces it.
+    again = front.stub.Ingest(pb.IngestRequest(library="demo", documents=batch[:1]), timeout=5)
+    assert again.results[0].status == status.DOCUMENT_STATUS_UNCHANGED
+    edited = pb.Document(doc_id="new-good", text="A revised fertiliser schedule for cucumbers.")
+    replaced = front.stub.Ingest(pb.IngestRequest(library="demo", documents=[edited]), timeout=5)
+    assert replaced.results[0].status == status.DOCUMENT_STATUS_REPLACED and replaced.results[0].replaced
+
+
+def test_a_call_with_nothing_to_store_is_invalid_argument(make_front) -> None:
+    front = make_front()
+    _ingest_sample(front)
+    before = front.stub.ListLibraries(pb.ListLibrariesRequest(), timeout=5).libraries[0].chunk_count
+    bad = [
+        pb.Document(doc_id="new-bad", file=b"%PDF-1.4 broken", filename="broken.pdf"),
+        pb.Document(doc_id="notes", file=b"plain", filename="notes.docx"),
     ]
     with pytest.raises(grpc.RpcError) as info:
-        front.stub.Ingest(pb.IngestRequest(library="demo", documents=batch), timeout=5)
+        front.stub.Ingest(pb.IngestRequest(library="demo", documents=bad), timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "documents[1] (new-bad)" in info.value.details()
+    assert (
+        "documents[0] (new-bad)" in info.value.details() and "1 more documents failed" in info.value.details()
+    )
     after = front.stub.ListLibraries(pb.ListLibrariesRequest(), timeout=5).libraries[0].chunk_count
     assert after == before
-    assert "new-good" not in {s.doc_id for s in _ask(front, "fertiliser cucumbers").snippets}
-    assert _ask(front, "battery swap", top_k=1).snippets[0].doc_id == "lumenfield-h2-overview"
+    with pytest.raises(grpc.RpcError) as fresh:  # and a library is not created by a call that stores nothing
+        front.stub.Ingest(pb.IngestRequest(library="never", documents=bad[:1]), timeout=5)
+    assert fresh.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "never" not in {
+        lib.library_id for lib in front.stub.ListLibraries(pb.ListLibrariesRequest(), timeout=5).libraries
+    }
+
+
+def test_a_stream_reports_each_failure_by_position_and_goes_on(make_front) -> None:
+    front = make_front()
+    docs = [pb.Document(doc_id=f"d{i}", text=f"document number {i} about tomatoes") for i in range(70)]
+    docs[3] = pb.Document(doc_id="d3", text="")  # in the first group of 64
+    docs[66] = pb.Document(doc_id="d66", file=b"\xff\xfe not utf-8 \xff", filename="d66.txt")  # the second
+    messages = [pb.IngestStreamRequest(library="s", document=d) for d in docs]
+    response = front.stub.IngestStream(iter(messages), timeout=20)
+    failed = [
+        (r.index, r.doc_id) for r in response.results if r.status == pb.DocumentStatus.DOCUMENT_STATUS_FAILED
+    ]
+    assert failed == [(3, "d3"), (66, "d66")]
+    assert [r.index for r in response.results] == list(range(70))
+    assert "documents[66]" in response.results[66].error and "UTF-8" in response.results[66].error
+    (library,) = front.stub.ListLibraries(pb.ListLibrariesRequest(), timeout=5).libraries
+    assert library.chunk_count == 68  # one chunk per stored document
+    with pytest.raises(grpc.RpcError) as info:  # a stream that stores nothing fails, naming the first
+        front.stub.IngestStream(iter([pb.IngestStreamRequest(library="s2", document=docs[3])]), timeout=5)
+    assert (
+        info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        and "stream message 3" not in info.value.details()
+    )
+    assert "stream message 0" in info.value.details()
+
+
+def test_a_document_failing_while_written_changes_nothing_of_it_and_the_others_are_stored(make_front) -> None:
+    front = make_front(limits=FrontLimits(ingest=IngestLimits(max_chunks=2)))
+    long = " ".join(
+        f"Paragraph {i} about greenhouse ventilation and humidity control." * 8 for i in range(12)
+    )
+    batch = [
+        pb.Document(doc_id="short", text="Greenhouse humidity is kept at seventy percent."),
+        pb.Document(doc_id="long", text=long.replace(". P", ".\n\nP")),
+    ]
+    response = front.stub.Ingest(pb.IngestRequest(library="g", documents=batch), timeout=10)
+    short, too_long = response.results
+    assert short.status == pb.DocumentStatus.DOCUMENT_STATUS_STORED and short.chunks_written >= 1
+    assert (
+        too_long.status == pb.DocumentStatus.DOCUMENT_STATUS_FAILED
+        and "RAGSPINE_MAX_CHUNKS_PER_DOCUMENT" in too_long.error
+    )
+    hits = _ask(front, "greenhouse humidity ventilation", libraries=["g"]).snippets
+    assert {h.doc_id for h in hits} == {"short"}
 
 
 def test_oversized_requests_are_resource_exhausted(make_front) -> None:

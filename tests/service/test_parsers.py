@@ -13,7 +13,7 @@ from tests.service.helpers import SAMPLE
 
 
 def _pdf_builder():
-    spec = importlib.util.spec_from_file_location("make_sample_pdf", SAMPLE / "make_sample_pdf.py")
+    spec = importlib.util.spec_from_file_location("make_sample_pdf", SAMPLE.parent / "make_sample_pdf.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -341,15 +341,34 @@ class RetrieveResult:
         return to_dict(self.raw)
 
 
+#: DocumentResult.status values: what an ingest did with one document.
+DOCUMENT_STATUSES = ("stored", "replaced", "unchanged", "failed")
+
+
 @dataclass(frozen=True)
 class DocumentResult:
-    """Outcome of one ingested document."""
+    """Outcome of one ingested document: ``status`` is ``stored``, ``replaced``, ``unchanged`` or
+    ``failed`` (then ``error`` says why and nothing of it was written); ``index`` is its position in the
+    request or stream."""
 
     doc_id: str
     chunks_written: int
     pages_indexed: int
     replaced: bool
     chunks_pending_vectors: int = 0
+    status: str = ""
+    error: str = ""
+    index: int = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+
+def _status(value: int) -> str:
+    """``DOCUMENT_STATUS_STORED`` -> ``"stored"`` (``""`` when the server did not say)."""
+    name = pb.DocumentStatus.Name(value) if value else ""  # type: ignore[arg-type]
+    return name.removeprefix("DOCUMENT_STATUS_").lower()
 
 
 @dataclass(frozen=True)
@@ -365,7 +384,14 @@ class IngestResult:
         return cls(
             results=[
                 DocumentResult(
-                    r.doc_id, r.chunks_written, r.pages_indexed, r.replaced, r.chunks_pending_vectors
+                    r.doc_id,
+                    r.chunks_written,
+                    r.pages_indexed,
+                    r.replaced,
+                    r.chunks_pending_vectors,
+                    status=_status(r.status),
+                    error=r.error,
+                    index=r.index,
                 )
                 for r in m.results
             ],

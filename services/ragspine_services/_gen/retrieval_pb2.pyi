@@ -22,6 +22,38 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _DocumentStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DocumentStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DocumentStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DOCUMENT_STATUS_UNSPECIFIED: _DocumentStatus.ValueType  # 0
+    """Not set (results of servers before this field)."""
+    DOCUMENT_STATUS_STORED: _DocumentStatus.ValueType  # 1
+    """Stored as a new document."""
+    DOCUMENT_STATUS_REPLACED: _DocumentStatus.ValueType  # 2
+    """Stored, replacing the active version of the same doc_id."""
+    DOCUMENT_STATUS_UNCHANGED: _DocumentStatus.ValueType  # 3
+    """The same content was already active: nothing was written."""
+    DOCUMENT_STATUS_FAILED: _DocumentStatus.ValueType  # 4
+    """Not stored; `error` says why. Nothing of it was written, and the other documents are unaffected."""
+
+class DocumentStatus(_DocumentStatus, metaclass=_DocumentStatusEnumTypeWrapper):
+    """What an ingest did with one document."""
+
+DOCUMENT_STATUS_UNSPECIFIED: DocumentStatus.ValueType  # 0
+"""Not set (results of servers before this field)."""
+DOCUMENT_STATUS_STORED: DocumentStatus.ValueType  # 1
+"""Stored as a new document."""
+DOCUMENT_STATUS_REPLACED: DocumentStatus.ValueType  # 2
+"""Stored, replacing the active version of the same doc_id."""
+DOCUMENT_STATUS_UNCHANGED: DocumentStatus.ValueType  # 3
+"""The same content was already active: nothing was written."""
+DOCUMENT_STATUS_FAILED: DocumentStatus.ValueType  # 4
+"""Not stored; `error` says why. Nothing of it was written, and the other documents are unaffected."""
+Global___DocumentStatus: _TypeAlias = DocumentStatus  # noqa: Y015
+
 class _FilterCombine:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -299,6 +331,9 @@ class DocumentResult(_message.Message):
     PAGES_INDEXED_FIELD_NUMBER: _builtins.int
     CHUNKS_PENDING_VECTORS_FIELD_NUMBER: _builtins.int
     REPLACED_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """The document's id."""
     chunks_written: _builtins.int
@@ -311,6 +346,12 @@ class DocumentResult(_message.Message):
     """
     replaced: _builtins.bool
     """True when another version of this doc_id was active and this one replaced it."""
+    status: Global___DocumentStatus.ValueType
+    """What was done with the document."""
+    error: _builtins.str
+    """Why the document failed (status FAILED), in words a person can act on; empty otherwise."""
+    index: _builtins.int
+    """The document's position in the request (Ingest) or the stream (IngestStream), from 0."""
     def __init__(
         self,
         *,
@@ -319,10 +360,13 @@ class DocumentResult(_message.Message):
         pages_indexed: _builtins.int = ...,
         chunks_pending_vectors: _builtins.int = ...,
         replaced: _builtins.bool = ...,
+        status: Global___DocumentStatus.ValueType = ...,
+        error: _builtins.str = ...,
+        index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_pending_vectors", b"chunks_pending_vectors", "chunks_written", b"chunks_written", "doc_id", b"doc_id", "pages_indexed", b"pages_indexed", "replaced", b"replaced"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_pending_vectors", b"chunks_pending_vectors", "chunks_written", b"chunks_written", "doc_id", b"doc_id", "error", b"error", "index", b"index", "pages_indexed", b"pages_indexed", "replaced", b"replaced", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

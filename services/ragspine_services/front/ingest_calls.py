@@ -1,10 +1,14 @@
 """The ingest side of the RetrievalService: Ingest, IngestStream and their checks.
 
 Every document of a request (or of a stream's group of 64) is parsed and validated before anything is
-written, so a bad one stores nothing of its group; the library is created only once its first batch is
-known to be valid; each document then replaces its previous version totally (chunks and pages in one
-transaction, ``ragspine.retrieval.pipeline.ingest``). At most ``max_concurrent_ingests`` ingest calls run
-at once; more are refused with RESOURCE_EXHAUSTED.
+written. Each one has its own outcome: a document that cannot be parsed, breaks a limit or is invalid is
+reported FAILED with its reason and position, and the others are stored; a call none of whose documents
+can be stored fails with the first reason (so a single bad document is still INVALID_ARGUMENT). The library
+is created only once a document of it is known to be valid; each document replaces its previous version
+totally (chunks and pages in one transaction, ``ragspine.retrieval.pipeline.ingest``). Errors of the call
+itself (library id, permissions, a conflicting chunker, a RESTRICTED document the caller may not replace)
+fail it before anything is written. At most ``max_concurrent_ingests`` ingest calls run at once; more are
+refused with RESOURCE_EXHAUSTED.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from typing import Any
 from ragspine.ingest.limits import LimitExceededError
 from ragspine.retrieval.chunking.chunker import make_chunker
 from ragspine.retrieval.constants import is_restricted
-from ragspine.retrieval.pipeline import IngestDocument, ingest_documents
+from ragspine.retrieval.pipeline import IngestDocument
 from ragspine.retrieval.pipeline.catalog import Library, LibraryCatalog, check_library_id
+from ragspine.retrieval.pipeline.ingest import replace_document
 from ragspine.retrieval.pipeline.library_config import CHUNKER, LibraryConfigRequest
 from ragspine.retrieval.visual import library_pages as visual
 from ragspine_services._gen import common_pb2, retrieval_pb2
@@ -28,7 +33,37 @@ from ragspine_services.common.auth import WRITE, current_caller
 from ragspine_services.common.errors import OverloadedError, PermissionDeniedError, RequestTooLargeError
 from ragspine_services.front import convert
 
-__all__ = ["IngestCalls", "authorize", "check_replaceable", "timings"]
+__all__ = ["Failure", "IngestCalls", "authorize", "check_replaceable", "timings"]
+
+_STATUS = retrieval_pb2.DocumentStatus
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A document that could not be stored: its position, id (when it had one) and why. Only the message
+    is kept, never the exception: its traceback would hold the document's bytes until a GC pass."""
+
+    index: int
+    doc_id: str
+    error: str
+    over_limit: bool = False
+
+    @classmethod
+    def of(cls, index: int, doc_id: str, exc: ValueError) -> Failure:
+        return cls(index, doc_id, str(exc), isinstance(exc, LimitExceededError))
+
+    def result(self) -> retrieval_pb2.DocumentResult:
+        return retrieval_pb2.DocumentResult(
+            doc_id=self.doc_id, index=self.index, status=_STATUS.DOCUMENT_STATUS_FAILED, error=self.error
+        )
+
+
+def _all_failed(failures: list[Failure]) -> ValueError:
+    """The error of a call none of whose documents could be stored: the first one's (a limit stays one)."""
+    first = failures[0]
+    more = f" ({len(failures) - 1} more documents failed too)" if len(failures) > 1 else ""
+    kind = LimitExceededError if first.over_limit else ValueError
+    return kind(f"{first.error}{more}")
 
 
 def timings(started: float, stages: dict[str, float] | None = None) -> common_pb2.Timings:
@@ -59,8 +94,6 @@ def check_replaceable(library: Library, active: Iterable[Any]) -> None:
         )
 
 
-
-
 class IngestCalls:
     """Ingest and IngestStream over ``catalog`` within ``limits`` (a ``FrontLimits``)."""
 
@@ -85,46 +118,78 @@ class IngestCalls:
     def ingest(self, request: retrieval_pb2.IngestRequest) -> list[retrieval_pb2.DocumentResult]:
         """One Ingest request's documents, written (the caller checked its size and the caller's access)."""
         wanted = LibraryConfigRequest(request.chunker, request.contextual, self.catalog.settings)
-        prepared = self.prepare(request.documents)
-        # The library is created only once its first batch is known to be valid.
-        library = self.catalog.get(request.library, create=True)
-        return self.write(library, self._configured(library, wanted, prepared))
+        prepared, failures = self.prepare(request.documents)
+        return self._store(request.library, wanted, prepared, failures, all_or_error=True)
 
-    def prepare(self, docs: Iterable[retrieval_pb2.Document]) -> list[IngestDocument]:
-        """Parse and validate every document before anything is written (a bad one stores nothing)."""
-        prepared = []
+    def _store(
+        self,
+        library_id: str,
+        wanted: LibraryConfigRequest,
+        prepared: list[tuple[int, IngestDocument]],
+        failures: list[Failure],
+        *,
+        all_or_error: bool,
+    ) -> list[retrieval_pb2.DocumentResult]:
+        """Write the ``prepared`` documents and merge their results with ``failures`` in document order.
+        With ``all_or_error``, a batch with nothing to store raises the first failure instead."""
+        if not prepared:
+            if failures and all_or_error:
+                raise _all_failed(failures)
+            return [f.result() for f in failures]
+        # The library is created only once one of its documents is known to be valid.
+        library = self.catalog.get(library_id, create=True)
+        written, write_failures = self.write(library, self._configured(library, wanted, prepared))
+        failures = failures + write_failures
+        if not written and failures and all_or_error:
+            raise _all_failed(sorted(failures, key=lambda f: f.index))
+        merged = written + [f.result() for f in failures]
+        return sorted(merged, key=lambda r: r.index)
+
+    def prepare(
+        self, docs: Iterable[retrieval_pb2.Document], *, offset: int = 0
+    ) -> tuple[list[tuple[int, IngestDocument]], list[Failure]]:
+        """Parse and validate every document before anything is written: the valid ones with their
+        positions, and a ``Failure`` for each one that is not (its error names its position)."""
+        prepared: list[tuple[int, IngestDocument]] = []
+        failures: list[Failure] = []
         seen: set[str] = set()
-        for i, doc in enumerate(docs):
-            if doc.pages:
-                self._check_pages_request(doc, i)
-            if doc.pages and visual.image_only_pdf(doc.file):
-                # A scan has no text layer to index: its pages are found visually only.
-                text, title = "", doc.title
-            else:
-                text, title = convert.document_text(doc, i, self.limits.ingest)
-            meta = convert.document_meta(doc, title, i, text=text, policy=self.catalog.sensitivity_policy)
-            if doc.chunker:
-                try:
-                    # The name is checked before anything is written (building one loads no model).
-                    if make_chunker(doc.chunker, settings=self.catalog.settings) is None:
-                        raise ValueError("chunker 'none' is not a chunker; use 'default'")
-                except ValueError as exc:
-                    raise ValueError(f"documents[{i}]: {exc}") from None
-            if meta.doc_id in seen:
-                raise ValueError(f"documents[{i}]: doc_id {meta.doc_id!r} appears twice in one request")
-            seen.add(meta.doc_id)
-            prepared.append(
-                IngestDocument(
-                    meta,
-                    text=text,
-                    valid_as_of=doc.valid_as_of,
-                    pdf=doc.file if doc.pages else None,
-                    page_dpi=visual.check_page_dpi(doc.page_dpi) if doc.pages else visual.DEFAULT_PAGE_DPI,
-                    chunker=doc.chunker,
-                )
-            )
-        return prepared
+        for i, doc in enumerate(docs, start=offset):
+            try:
+                document = self._prepare_one(doc, i, seen)
+            except ValueError as exc:
+                failures.append(Failure.of(i, doc.doc_id, exc))
+                continue
+            seen.add(document.meta.doc_id)
+            prepared.append((i, document))
+        return prepared, failures
 
+    def _prepare_one(self, doc: retrieval_pb2.Document, i: int, seen: set[str]) -> IngestDocument:
+        """One document checked and made ready to write (``ValueError`` naming its position)."""
+        if doc.pages:
+            self._check_pages_request(doc, i)
+        if doc.pages and visual.image_only_pdf(doc.file):
+            # A scan has no text layer to index: its pages are found visually only.
+            text, title = "", doc.title
+        else:
+            text, title = convert.document_text(doc, i, self.limits.ingest)
+        meta = convert.document_meta(doc, title, i, text=text, policy=self.catalog.sensitivity_policy)
+        if doc.chunker:
+            try:
+                # The name is checked before anything is written (building one loads no model).
+                if make_chunker(doc.chunker, settings=self.catalog.settings) is None:
+                    raise ValueError("chunker 'none' is not a chunker; use 'default'")
+            except ValueError as exc:
+                raise ValueError(f"documents[{i}]: {exc}") from None
+        if meta.doc_id in seen:
+            raise ValueError(f"documents[{i}]: doc_id {meta.doc_id!r} appears twice in one request")
+        return IngestDocument(
+            meta,
+            text=text,
+            valid_as_of=doc.valid_as_of,
+            pdf=doc.file if doc.pages else None,
+            page_dpi=visual.check_page_dpi(doc.page_dpi) if doc.pages else visual.DEFAULT_PAGE_DPI,
+            chunker=doc.chunker,
+        )
 
     def _check_pages_request(self, doc: retrieval_pb2.Document, i: int) -> None:
         label = f"documents[{i}] ({doc.doc_id or 'no doc_id'})"
@@ -142,24 +207,43 @@ class IngestCalls:
         except ValueError as exc:
             raise ValueError(f"{label}: {exc}") from None
 
-
-    def write(self, library: Library, prepared: list[IngestDocument]) -> list[retrieval_pb2.DocumentResult]:
-        # Each document replaces its previous version totally: chunks and pages in one transaction.
-        active = library.store.active_chunks_for_docs([d.meta.doc_id for d in prepared])
+    def write(
+        self, library: Library, prepared: list[tuple[int, IngestDocument]]
+    ) -> tuple[list[retrieval_pb2.DocumentResult], list[Failure]]:
+        """Each document replaces its previous version totally (chunks and pages in one transaction); one
+        that fails while being written (a PDF that will not render, a limit) changes nothing stored and is
+        a ``Failure``; the others are written."""
+        active = library.store.active_chunks_for_docs([d.meta.doc_id for _, d in prepared])
         check_replaceable(library, active)
-        with_text = {d.meta.doc_id for d in prepared if d.text}
+        with_text = {d.meta.doc_id for _, d in prepared if d.text}
         existed = {c.doc_id for c in active if c.doc_id in with_text}
-        return [
-            retrieval_pb2.DocumentResult(
-                doc_id=out.doc_id,
-                chunks_written=out.chunks_written,
-                pages_indexed=out.pages_indexed,
-                chunks_pending_vectors=library.awaiting_vectors(out.doc_id) if out.chunks_written else 0,
-                replaced=out.doc_id in existed and out.chunks_written > 0,
+        results: list[retrieval_pb2.DocumentResult] = []
+        failures: list[Failure] = []
+        for index, document in prepared:
+            try:
+                out = replace_document(library, document, limits=self.limits.ingest)
+            except ValueError as exc:
+                failures.append(Failure.of(index, document.meta.doc_id, exc))
+                continue
+            replaced = out.doc_id in existed and out.chunks_written > 0
+            if replaced:
+                status = _STATUS.DOCUMENT_STATUS_REPLACED
+            elif out.chunks_written or out.pages_indexed:
+                status = _STATUS.DOCUMENT_STATUS_STORED
+            else:
+                status = _STATUS.DOCUMENT_STATUS_UNCHANGED
+            results.append(
+                retrieval_pb2.DocumentResult(
+                    doc_id=out.doc_id,
+                    chunks_written=out.chunks_written,
+                    pages_indexed=out.pages_indexed,
+                    chunks_pending_vectors=library.awaiting_vectors(out.doc_id) if out.chunks_written else 0,
+                    replaced=replaced,
+                    status=status,
+                    index=index,
+                )
             )
-            for out in ingest_documents(library, prepared, limits=self.limits.ingest)
-        ]
-
+        return results, failures
 
     def stream(
         self, request_iterator: Iterator[retrieval_pb2.IngestStreamRequest]
@@ -196,35 +280,27 @@ class IngestCalls:
                 )
             batch.append(message.document)
             if len(batch) >= 64:
-                prepared = self._prepare_offset(batch, offset)
-                library = self.catalog.get(library_id, create=True)
-                results += self.write(library, self._configured(library, wanted, prepared))
+                prepared, failures = self.prepare(batch, offset=offset)
+                results += self._store(library_id, wanted, prepared, failures, all_or_error=False)
                 offset += len(batch)
                 batch = []
         if not library_id:
             raise ValueError("the stream carried no documents")
         if batch:
-            prepared = self._prepare_offset(batch, offset)
-            library = self.catalog.get(library_id, create=True)
-            results += self.write(library, self._configured(library, wanted, prepared))
+            prepared, failures = self.prepare(batch, offset=offset)
+            results += self._store(library_id, wanted, prepared, failures, all_or_error=False)
+        if results and all(r.status == _STATUS.DOCUMENT_STATUS_FAILED for r in results):
+            # Nothing of the stream could be stored: the call fails with the first document's reason.
+            first = next(r for r in results)
+            more = f" ({len(results) - 1} more documents failed too)" if len(results) > 1 else ""
+            raise ValueError(f"stream message {first.index}: {first.error}{more}")
         return retrieval_pb2.IngestStreamResponse(results=results, timings=timings(started))
-
 
     @staticmethod
     def _configured(
-        library: Library, wanted: LibraryConfigRequest, prepared: list[IngestDocument]
-    ) -> list[IngestDocument]:
+        library: Library, wanted: LibraryConfigRequest, prepared: list[tuple[int, IngestDocument]]
+    ) -> list[tuple[int, IngestDocument]]:
         """Store the library settings the request names (refusing a conflicting change before anything is
         written) and give every document that names no chunker the library's."""
         chunker = library.configure(wanted)[CHUNKER]
-        return [d if d.chunker else dataclasses.replace(d, chunker=chunker) for d in prepared]
-
-
-    def _prepare_offset(self, docs: list[retrieval_pb2.Document], offset: int) -> list[IngestDocument]:
-        try:
-            return self.prepare(docs)
-        except ValueError as exc:
-            # Name the stream position, not the batch position, so the caller can find the document.
-            kind = LimitExceededError if isinstance(exc, LimitExceededError) else ValueError
-            raise kind(f"stream message {offset}+: {exc}") from None
-
+        return [(i, d if d.chunker else dataclasses.replace(d, chunker=chunker)) for i, d in prepared]

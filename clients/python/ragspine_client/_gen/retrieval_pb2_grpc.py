@@ -80,7 +80,11 @@ class RetrievalServiceServicer:
     """
 
     def Ingest(self, request, context):
-        """Parses, chunks, stores and indexes a batch of documents into one library.
+        """Parses, chunks, stores and indexes a batch of documents into one library. Each document has its own
+        outcome (DocumentResult.status): a document that cannot be parsed or is invalid is reported FAILED with
+        its reason and the others are stored. Only when no document of the request can be stored does the call
+        fail (INVALID_ARGUMENT naming the first document's reason); errors of the request itself (library id,
+        permissions, a conflicting chunker) fail the call before anything is written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -88,10 +92,10 @@ class RetrievalServiceServicer:
 
     def IngestStream(self, request_iterator, context):
         """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
-        validated in groups of 64, then committed one document at a time (each document is atomic; a group is
-        not). An invalid document fails the call with its stream position before anything of its group is
-        written; documents committed before the failure (earlier groups, or earlier documents of a group whose
-        write failed) stay stored. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES.
+        checked in groups of 64, then committed one document at a time (each document is atomic); a document
+        that fails its checks is reported FAILED with its stream position (DocumentResult.index) and the stream
+        goes on. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES (crossing one fails the call;
+        documents committed before stay stored).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -41,13 +41,18 @@ class RetrievalServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> RetrievalServiceAsyncStub: ...
     Ingest: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.IngestRequest, _retrieval_pb2.IngestResponse]
-    """Parses, chunks, stores and indexes a batch of documents into one library."""
+    """Parses, chunks, stores and indexes a batch of documents into one library. Each document has its own
+    outcome (DocumentResult.status): a document that cannot be parsed or is invalid is reported FAILED with
+    its reason and the others are stored. Only when no document of the request can be stored does the call
+    fail (INVALID_ARGUMENT naming the first document's reason); errors of the request itself (library id,
+    permissions, a conflicting chunker) fail the call before anything is written.
+    """
     IngestStream: _grpc.StreamUnaryMultiCallable[_retrieval_pb2.IngestStreamRequest, _retrieval_pb2.IngestStreamResponse]
     """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
-    validated in groups of 64, then committed one document at a time (each document is atomic; a group is
-    not). An invalid document fails the call with its stream position before anything of its group is
-    written; documents committed before the failure (earlier groups, or earlier documents of a group whose
-    write failed) stay stored. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES.
+    checked in groups of 64, then committed one document at a time (each document is atomic); a document
+    that fails its checks is reported FAILED with its stream position (DocumentResult.index) and the stream
+    goes on. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES (crossing one fails the call;
+    documents committed before stay stored).
     """
     DeleteDocument: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.DeleteDocumentRequest, _retrieval_pb2.DeleteDocumentResponse]
     """Withdraws every active chunk of one document from one library."""
@@ -68,13 +73,18 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Ingest: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.IngestRequest, _retrieval_pb2.IngestResponse]  # type: ignore[assignment]
-    """Parses, chunks, stores and indexes a batch of documents into one library."""
+    """Parses, chunks, stores and indexes a batch of documents into one library. Each document has its own
+    outcome (DocumentResult.status): a document that cannot be parsed or is invalid is reported FAILED with
+    its reason and the others are stored. Only when no document of the request can be stored does the call
+    fail (INVALID_ARGUMENT naming the first document's reason); errors of the request itself (library id,
+    permissions, a conflicting chunker) fail the call before anything is written.
+    """
     IngestStream: _aio.StreamUnaryMultiCallable[_retrieval_pb2.IngestStreamRequest, _retrieval_pb2.IngestStreamResponse]  # type: ignore[assignment]
     """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
-    validated in groups of 64, then committed one document at a time (each document is atomic; a group is
-    not). An invalid document fails the call with its stream position before anything of its group is
-    written; documents committed before the failure (earlier groups, or earlier documents of a group whose
-    write failed) stay stored. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES.
+    checked in groups of 64, then committed one document at a time (each document is atomic); a document
+    that fails its checks is reported FAILED with its stream position (DocumentResult.index) and the stream
+    goes on. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES (crossing one fails the call;
+    documents committed before stay stored).
     """
     DeleteDocument: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.DeleteDocumentRequest, _retrieval_pb2.DeleteDocumentResponse]  # type: ignore[assignment]
     """Withdraws every active chunk of one document from one library."""
@@ -98,7 +108,12 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _retrieval_pb2.IngestRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_retrieval_pb2.IngestResponse, _abc.Awaitable[_retrieval_pb2.IngestResponse]]:
-        """Parses, chunks, stores and indexes a batch of documents into one library."""
+        """Parses, chunks, stores and indexes a batch of documents into one library. Each document has its own
+        outcome (DocumentResult.status): a document that cannot be parsed or is invalid is reported FAILED with
+        its reason and the others are stored. Only when no document of the request can be stored does the call
+        fail (INVALID_ARGUMENT naming the first document's reason); errors of the request itself (library id,
+        permissions, a conflicting chunker) fail the call before anything is written.
+        """
 
     @_abc_1.abstractmethod
     def IngestStream(
@@ -107,10 +122,10 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_retrieval_pb2.IngestStreamResponse, _abc.Awaitable[_retrieval_pb2.IngestStreamResponse]]:
         """Same as Ingest for large batches: one document per message, one summary at the end. Documents are
-        validated in groups of 64, then committed one document at a time (each document is atomic; a group is
-        not). An invalid document fails the call with its stream position before anything of its group is
-        written; documents committed before the failure (earlier groups, or earlier documents of a group whose
-        write failed) stay stored. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES.
+        checked in groups of 64, then committed one document at a time (each document is atomic); a document
+        that fails its checks is reported FAILED with its stream position (DocumentResult.index) and the stream
+        goes on. Limits: RAGSPINE_MAX_STREAM_DOCUMENTS, RAGSPINE_MAX_STREAM_BYTES (crossing one fails the call;
+        documents committed before stay stored).
         """
 
     @_abc_1.abstractmethod

@@ -3,9 +3,11 @@
 Request: ``knowledge_id`` (the library), ``query``, ``retrieval_setting {top_k, score_threshold}``,
 optional ``metadata_condition {logical_operator: and|or, conditions: [{name, comparison_operator,
 value}]}``. Response: ``{"records": [{content, score, title, metadata}]}`` where ``score`` is the snippet's
-calibrated relevance (0-1) and only records at or above ``score_threshold`` are returned (the threshold
-is the request's ``min_relevance``; a threshold of 0 or none leaves the server's default answer gate on,
-so a question with nothing relevant gets ``{"records": []}``). Errors: ``{"error_code", "error_msg"}``
+calibrated relevance (0-1). As Dify's own knowledge base does: with the threshold off (``score_threshold``
+0, null or absent) the ``top_k`` best records come back whatever their score (no answer gate: Dify asked
+for none); with a threshold only the records at or above it (the request's ``min_relevance``), so a
+question with nothing relevant gets ``{"records": []}``. The service's own answer gate stays for gRPC and
+REST callers that set no ``min_relevance``. Errors: ``{"error_code", "error_msg"}``
 with 1001 (the Authorization header is not ``Bearer <key>``), 1002 (the key is unknown or may not read
 the knowledge), 2001 (the knowledge does not exist); other failures keep the service's HTTP status with
 code 500x/400x. A malformed body (Dify's registration probe sends none) is a 400 only for a known key.
@@ -151,8 +153,8 @@ def retrieve_request(body: Any) -> retrieval_pb2.RetrieveRequest:
     if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
         raise _bad(f"retrieval_setting.score_threshold must be a number in 0-1, got {threshold!r}")
     request = retrieval_pb2.RetrieveRequest(query=query, libraries=[knowledge_id], top_k=top_k)
-    if threshold > 0:
-        request.min_relevance = float(threshold)  # 0 (Dify's "threshold off"): the server's defaults apply
+    # 0 is Dify's "threshold off": every one of the top_k, no gate (the proto's min_relevance 0).
+    request.min_relevance = float(threshold)
     condition = body.get("metadata_condition")
     if condition is not None:
         if not isinstance(condition, Mapping):

@@ -1,8 +1,10 @@
 """Write ``harvest_arm_safety_summary.pdf``: a one-page PDF with a text layer, built byte by byte.
 
-Run ``python make_sample_pdf.py`` in this folder to regenerate it. The file uses the standard Helvetica
-font (no embedding) and ASCII text only, so every PDF reader shows the same text. ``build_text_pdf`` is
-also what tests use to make PDFs of their own (for example with an ``/Encrypt`` entry added).
+Run ``python ragspine/data/make_sample_pdf.py`` to regenerate it in ``sample_corpus/`` (the script lives
+beside that folder, not in it, since every file of the folder is a document). The file uses the standard
+Helvetica font (no embedding) and ASCII text only, so every PDF reader shows the same text.
+``build_text_pdf`` is also what tests use to make PDFs of their own (for example with an ``/Encrypt`` entry
+added).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def build_text_pdf(paragraphs: tuple[str, ...] | list[str], *, trailer_extra: st
 
 
 def main() -> None:
-    target = Path(__file__).resolve().parent / "harvest_arm_safety_summary.pdf"
+    target = Path(__file__).resolve().parent / "sample_corpus" / "harvest_arm_safety_summary.pdf"
     target.write_bytes(build_text_pdf(PARAGRAPHS))
     print(target)
 
