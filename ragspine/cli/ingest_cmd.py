@@ -1,4 +1,5 @@
-"""``ragspine ingest PATH... --library L``: add txt, md, pdf files and BEIR corpora to a library.
+"""``ragspine ingest PATH... --library L``: add files (txt, md, pdf, docx, pptx, xlsx, csv, html, epub, eml,
+json, zip, ... see ``docs/formats.md``) and BEIR corpora to a library.
 
 Document ids: a file given by name gets its stem (``notes.txt`` -> ``notes``); a file found in a folder
 gets its path relative to that folder without the suffix (``a/notes.txt`` -> ``a/notes``), so files with the
@@ -27,8 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from ragspine.cli.front_access import FrontAccess, add_connection_args
+from ragspine.ingest.parsers import SUFFIXES
 
-_FILE_SUFFIXES = {".txt", ".text", ".md", ".markdown", ".pdf"}
+# Every type the parsers read (ragspine.ingest.parsers.SUFFIXES); a .jsonl file is a BEIR corpus when its
+# first record has "_id" (and is then read as one), otherwise a document.
+_FILE_SUFFIXES = frozenset(SUFFIXES)
 _META_FLAGS = ("topic", "entity", "geography", "period", "language")
 _MANIFEST_FIELDS = (
     "path",
@@ -70,14 +74,15 @@ class Source:
 
 def _unsupported(path: Path) -> str:
     kinds = ", ".join(sorted(s.lstrip(".") for s in _FILE_SUFFIXES))
-    return f"unsupported file type {path.suffix or '(no suffix)'}; ingestible: {kinds}, jsonl (BEIR corpus)"
+    return f"unsupported file type {path.suffix or '(no suffix)'}; ingestible: {kinds}"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "ingest",
-        help="ingest files (txt, md, pdf) or a BEIR corpus into a library",
-        description="Ingest files (txt, md, pdf), folders and BEIR corpora into a library.",
+        help="ingest files (txt, md, pdf, docx, pptx, xlsx, csv, html, eml, zip, ...) or a BEIR corpus",
+        description="Ingest files (txt, md, pdf, docx, pptx, xlsx, xls, csv, html, xml, epub, eml, msg, "
+        "json, ipynb, rst; a zip's members each as a document), folders and BEIR corpora into a library.",
         epilog=MANIFEST_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -149,6 +154,21 @@ def _is_beir_folder(folder: Path) -> bool:
     return (folder / "corpus.jsonl").is_file()
 
 
+def _is_beir_jsonl(path: Path) -> bool:
+    """A BEIR corpus (or queries) file: its first record is an object with an ``_id``."""
+    if path.name in ("corpus.jsonl", *_BEIR_SKIP):
+        return True
+    try:
+        with path.open("rb") as handle:
+            for line in handle:
+                if line.strip():
+                    record = json.loads(line)
+                    return isinstance(record, dict) and "_id" in record
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 def _from_folder(folder: Path) -> list[Source]:
     if _is_beir_folder(folder):
         return [Source(folder / "corpus.jsonl", f"{folder}/corpus.jsonl", beir=True)]
@@ -159,7 +179,7 @@ def _from_folder(folder: Path) -> list[Source]:
             continue
         suffix = child.suffix.lower()
         rel = child.relative_to(folder).as_posix()
-        if suffix == ".jsonl":
+        if suffix == ".jsonl" and _is_beir_jsonl(child):
             # A nested BEIR dataset contributes its corpus only.
             if child.name == "corpus.jsonl" or (
                 not _is_beir_folder(child.parent) and child.name not in _BEIR_SKIP
@@ -185,7 +205,7 @@ def discover(paths: list[str]) -> list[Source]:
         if path.is_dir():
             sources += _from_folder(path)
         elif path.is_file():
-            if path.suffix.lower() == ".jsonl":
+            if path.suffix.lower() == ".jsonl" and _is_beir_jsonl(path):
                 if path.name in _BEIR_SKIP:
                     raise ValueError(f"{raw} holds BEIR queries, not documents; ingest corpus.jsonl instead")
                 sources.append(Source(path, raw, beir=True))

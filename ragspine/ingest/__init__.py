@@ -1,4 +1,5 @@
-"""Document parsers: plain text, Markdown, PDF text layer and BEIR jsonl corpora.
+"""Document parsers: plain text, Markdown, PDF text layer, the office / web / mail / data formats of
+``ragspine.ingest.formats``, zip archives (``ragspine.ingest.archive``) and BEIR jsonl corpora.
 
 Every parser returns text whose paragraphs are separated by blank lines (what the chunker expects) and
 raises ``ValueError`` with an actionable message for input it cannot read (invalid UTF-8, a corrupt or

@@ -1,23 +1,102 @@
-"""Pick a parser from the MIME type or file name and return the document's text."""
+"""Pick a parser from the MIME type or file name and return the document's text.
+
+Text, Markdown and PDF are read here; office, web, mail and data formats by ``ragspine.ingest.formats``
+(its libraries come with the ``documents`` extra). A .zip archive is not one document: ``detect_kind``
+names it ``zip`` and ``ragspine.ingest.archive.archive_members`` gives its files, each parsed on its own.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragspine.ingest.archive import check_zip
+from ragspine.ingest.formats import data, mail, office, web
 from ragspine.ingest.limits import IngestLimits
 from ragspine.ingest.pdf import pdf_text
 from ragspine.ingest.sandbox import run_bounded
 from ragspine.ingest.text import decode_utf8, markdown_title
 
-_BY_SUFFIX = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".pdf": "pdf"}
+_BY_SUFFIX = {
+    ".txt": "text",
+    ".text": "text",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".pdf": "pdf",
+    ".docx": "docx",
+    ".pptx": "pptx",
+    ".xlsx": "xlsx",
+    ".xlsm": "xlsx",
+    ".xls": "xls",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".xml": "xml",
+    ".rss": "xml",
+    ".atom": "xml",
+    ".epub": "epub",
+    ".eml": "eml",
+    ".msg": "msg",
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".ipynb": "ipynb",
+    ".rst": "rst",
+    ".zip": "zip",
+}
+_OFFICE = "application/vnd.openxmlformats-officedocument"
 _BY_MIME = {
     "text/plain": "text",
     "text/markdown": "markdown",
     "text/x-markdown": "markdown",
     "application/pdf": "pdf",
+    f"{_OFFICE}.wordprocessingml.document": "docx",
+    f"{_OFFICE}.presentationml.presentation": "pptx",
+    f"{_OFFICE}.spreadsheetml.sheet": "xlsx",
+    "application/vnd.ms-excel": "xls",
+    "text/csv": "csv",
+    "text/tab-separated-values": "tsv",
+    "text/html": "html",
+    "application/xhtml+xml": "html",
+    "application/xml": "xml",
+    "text/xml": "xml",
+    "application/rss+xml": "xml",
+    "application/atom+xml": "xml",
+    "application/epub+zip": "epub",
+    "message/rfc822": "eml",
+    "application/vnd.ms-outlook": "msg",
+    "application/json": "json",
+    "application/x-ndjson": "json",
+    "application/jsonl": "json",
+    "application/x-ipynb+json": "ipynb",
+    "text/x-rst": "rst",
+    "application/zip": "zip",
+    "application/x-zip-compressed": "zip",
 }
-KINDS = ("text", "markdown", "pdf")
+# Format kind -> extractor (bytes, source=) -> (text, title); the zip-based ones pass check_zip first.
+_EXTRACTORS: dict[str, Callable[..., tuple[str, str]]] = {
+    "docx": office.docx_text,
+    "pptx": office.pptx_text,
+    "xlsx": office.xlsx_text,
+    "xls": office.xls_text,
+    "csv": data.csv_text,
+    "tsv": lambda raw, *, source: data.csv_text(raw, source=source, delimiter="\t"),
+    "html": web.html_text,
+    "xml": web.xml_text,
+    "epub": web.epub_text,
+    "eml": mail.eml_text,
+    "msg": mail.msg_text,
+    "json": data.json_text,
+    "ipynb": data.ipynb_text,
+    "rst": data.rst_text,
+}
+_ZIPPED = frozenset({"docx", "pptx", "xlsx", "epub"})
+KINDS = ("text", "markdown", "pdf", *_EXTRACTORS, "zip")
+#: File name suffixes the parsers read (``.zip`` expands into its members).
+SUFFIXES: frozenset[str] = frozenset(_BY_SUFFIX)
 # Types that say only "some bytes" (curl -F, many browsers and HTTP libraries for an unknown extension):
 # the file name, then the PDF signature, tell what the data is.
 GENERIC_MIME_TYPES = frozenset({"application/octet-stream", "binary/octet-stream", "application/unknown"})
@@ -34,7 +113,7 @@ class ParsedDocument:
 
 
 def detect_kind(*, filename: str = "", mime_type: str = "", head: bytes = b"") -> str:
-    """``"text"``, ``"markdown"`` or ``"pdf"``. A specific MIME type wins over the file name; a generic one
+    """The kind of the data (one of ``KINDS``). A specific MIME type wins over the file name; a generic one
     (``application/octet-stream``, see ``GENERIC_MIME_TYPES``) or none defers to the file name's suffix,
     and then to ``head`` (the data's first bytes) carrying the PDF signature.
 
@@ -43,7 +122,10 @@ def detect_kind(*, filename: str = "", mime_type: str = "", head: bytes = b"") -
     mime = mime_type.split(";", 1)[0].strip().lower()
     if mime and mime not in GENERIC_MIME_TYPES:
         if mime not in _BY_MIME:
-            raise ValueError(f"unsupported MIME type {mime_type!r}; supported: {', '.join(sorted(_BY_MIME))}")
+            raise ValueError(
+                f"unsupported MIME type {mime_type!r}; send one of {', '.join(sorted(_BY_MIME))}, or "
+                "application/octet-stream with a file name ending in a supported suffix"
+            )
         return _BY_MIME[mime]
     suffix = Path(filename).suffix.lower()
     if suffix in _BY_SUFFIX:
@@ -70,7 +152,19 @@ def parse_bytes(
     kind = detect_kind(filename=filename, mime_type=mime_type, head=data[:8])
     source = filename or "document"
     pages = 0
-    if kind == "pdf":
+    if kind == "zip":
+        raise ValueError(
+            f"{source} is an archive, not one document: its files are ingested one by one "
+            "(ragspine.ingest.archive.archive_members; the service and ragspine ingest expand it)"
+        )
+    title = ""
+    if kind in _EXTRACTORS:
+        if kind in _ZIPPED:
+            check_zip(data, source=source, limits=limits)
+        text, title = _EXTRACTORS[kind](data, source=source)
+        if limits is not None:
+            limits.check_text(len(text), source=source, input_bytes=len(data))
+    elif kind == "pdf":
         if limits is not None and limits.memory_bytes:
             text, pages = run_bounded(
                 pdf_text, data, source=source, limits=limits, memory_bytes=limits.memory_bytes, label=source

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -214,14 +215,14 @@ def test_a_folder_with_bad_files_stores_every_good_one_and_names_each_failure(
     (folder / "empty.txt").write_text("")
     (folder / "latin1.txt").write_bytes("Café prices rose.".encode("latin-1"))
     (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
-    (folder / "report.docx").write_bytes(b"PK\x03\x04 pretend")
+    (folder / "part.stl").write_bytes(b"solid part")
     (folder / ".hidden.txt").write_text("never a document")
     assert main(["ingest", str(folder), "--library", "mix", "--server", server]) == 1
     out, err = capsys.readouterr()
     assert "ingested 2 documents into 'mix'" in out and "4 failed" in out
     failed = sorted(line.split(": ", 2)[1] for line in err.splitlines() if line.startswith("failed: "))
-    assert failed == sorted(str(folder / n) for n in ("broken.pdf", "empty.txt", "latin1.txt", "report.docx"))
-    assert "unsupported file type .docx" in err and "UTF-8" in err and "no text" in err
+    assert failed == sorted(str(folder / n) for n in ("broken.pdf", "empty.txt", "latin1.txt", "part.stl"))
+    assert "unsupported file type .stl" in err and "UTF-8" in err and "no text" in err
     assert ".hidden" not in err + out
     assert main(["query", "pump", "--server", server, "--json", "--top-k", "10"]) == 0
     answer = json.loads(capsys.readouterr().out)
@@ -233,17 +234,79 @@ def test_a_folder_with_bad_files_stores_every_good_one_and_names_each_failure(
     assert statuses["good"] == statuses["sub/good"] == "DOCUMENT_STATUS_UNCHANGED"
     assert statuses["empty"] == "DOCUMENT_STATUS_FAILED"
     (not_sent,) = payload["not_sent"]
-    assert not_sent["file"] == str(folder / "report.docx")
-    assert not_sent["error"].startswith("unsupported file type .docx")
+    assert not_sent["file"] == str(folder / "part.stl")
+    assert not_sent["error"].startswith("unsupported file type .stl")
 
 
 def test_only_unsupported_files_send_nothing_and_exit_1(server, tmp_path: Path, capsys) -> None:
-    notes = tmp_path / "notes.docx"
+    notes = tmp_path / "notes.pages"
     notes.write_bytes(b"PK\x03\x04")
     assert main(["ingest", str(notes), "--library", "none", "--server", server]) == 1
     err = capsys.readouterr().err
-    assert f"failed: {notes}: unsupported file type .docx" in err and "nothing ingested" in err
+    assert f"failed: {notes}: unsupported file type .pages" in err and "nothing ingested" in err
     good = tmp_path / "fine.txt"
     good.write_text("Fine text about pumps.")
     assert main(["ingest", str(good), "--library", "none", "--server", server]) == 0
     assert "failed" not in capsys.readouterr().err
+
+
+def test_office_files_archives_and_a_bad_file_of_each_kind(server, tmp_path: Path, capsys) -> None:
+    from tests.ingest.format_samples import docx_bytes, pptx_bytes, xlsx_bytes
+
+    folder = tmp_path / "office"
+    folder.mkdir()
+    (folder / "report.docx").write_bytes(docx_bytes())
+    (folder / "deck.pptx").write_bytes(pptx_bytes())
+    (folder / "plant.xlsx").write_bytes(xlsx_bytes())
+    (folder / "people.csv").write_bytes("名前,都市\n田中,東京\n".encode("cp932"))
+    bundle = io.BytesIO()
+    with zipfile.ZipFile(bundle, "w") as archive:
+        archive.writestr("minutes/march.md", "# March\n\nThe board approved the greenhouse budget.")
+        archive.writestr("minutes/april.txt", "\xff".encode("latin-1"))  # not UTF-8: fails alone
+    (folder / "bundle.zip").write_bytes(bundle.getvalue())
+    for name in ("bad-report.docx", "bad-deck.pptx", "bad-plant.xlsx", "bad-book.epub"):
+        (folder / name).write_bytes(b"not a zip package")
+    assert main(["ingest", str(folder), "--library", "office", "--server", server, "--json"]) == 1
+    payload = json.loads(capsys.readouterr().out)
+    status = {r["doc_id"]: r["status"].removeprefix("DOCUMENT_STATUS_") for r in payload["results"]}
+    assert status == {
+        "bad-book": "FAILED",
+        "bad-deck": "FAILED",
+        "bad-plant": "FAILED",
+        "bad-report": "FAILED",
+        "bundle/minutes/april.txt": "FAILED",
+        "bundle/minutes/march.md": "STORED",
+        "deck": "STORED",
+        "people": "STORED",
+        "plant": "STORED",
+        "report": "STORED",
+    }
+    errors = {r["doc_id"]: r.get("error", "") for r in payload["results"]}
+    assert (
+        "not a readable zip package" in errors["bad-deck"] and "UTF-8" in errors["bundle/minutes/april.txt"]
+    )
+    for question, doc_id in [
+        ("greenhouse budget approved", "bundle/minutes/march.md"),
+        ("tomatoes ripen", "deck"),
+        ("pump hours serviced", "plant"),
+        ("filters monthly", "report"),
+        ("田中 東京", "people"),
+    ]:
+        assert (
+            main(
+                [
+                    "query",
+                    question,
+                    "--server",
+                    server,
+                    "--library",
+                    "office",
+                    "--json",
+                    "--min-relevance",
+                    "0",
+                ]
+            )
+            == 0
+        )
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["snippets"][0]["doc_id"] == doc_id, (question, answer["snippets"][:2])

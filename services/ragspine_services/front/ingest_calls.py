@@ -20,7 +20,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ragspine.ingest.archive import archive_members
 from ragspine.ingest.limits import LimitExceededError
+from ragspine.ingest.parsers import detect_kind
 from ragspine.retrieval.chunking.chunker import make_chunker
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.pipeline import IngestDocument
@@ -153,15 +155,55 @@ class IngestCalls:
         prepared: list[tuple[int, IngestDocument]] = []
         failures: list[Failure] = []
         seen: set[str] = set()
-        for i, doc in enumerate(docs, start=offset):
+        for i, given in enumerate(docs, start=offset):
             try:
-                document = self._prepare_one(doc, i, seen)
+                members = self._members(given, i)
             except ValueError as exc:
-                failures.append(Failure.of(i, doc.doc_id, exc))
+                failures.append(Failure.of(i, given.doc_id, exc))
                 continue
-            seen.add(document.meta.doc_id)
-            prepared.append((i, document))
+            for doc in members:
+                try:
+                    document = self._prepare_one(doc, i, seen)
+                except ValueError as exc:
+                    failures.append(Failure.of(i, doc.doc_id, exc))
+                    continue
+                seen.add(document.meta.doc_id)
+                prepared.append((i, document))
         return prepared, failures
+
+    def _members(self, doc: retrieval_pb2.Document, i: int) -> list[retrieval_pb2.Document]:
+        """``[doc]``, or for a .zip archive one document per member file: doc id ``{doc_id}/{member
+        path}``, every other field the archive's (each member has its own outcome, at the archive's index)."""
+        if doc.WhichOneof("content") != "file":
+            return [doc]
+        try:
+            kind = detect_kind(filename=doc.filename, mime_type=doc.mime_type, head=doc.file[:8])
+        except ValueError:
+            return [doc]  # _prepare_one reports it
+        if kind != "zip":
+            return [doc]
+        label = f"documents[{i}] ({doc.doc_id or 'no doc_id'})"
+        if doc.pages:
+            raise ValueError(f"{label}: pages=true needs a PDF file, not an archive")
+        try:
+            files = archive_members(doc.file, source=doc.filename or "archive", limits=self.limits.ingest)
+        except LimitExceededError as exc:
+            raise LimitExceededError(f"{label}: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"{label}: {exc}") from None
+        members = []
+        for path, data in files:
+            member = retrieval_pb2.Document()
+            member.CopyFrom(doc)
+            member.doc_id = f"{doc.doc_id}/{path}" if doc.doc_id else path
+            member.file = data
+            member.filename = path.rsplit("/", 1)[-1]
+            member.mime_type = ""  # the member's own name says what it is
+            member.source_locator_prefix = f"{doc.source_locator_prefix or doc.filename or doc.doc_id}/{path}"
+            if doc.title:
+                member.title = f"{doc.title}: {path}"
+            members.append(member)
+        return members
 
     def _prepare_one(self, doc: retrieval_pb2.Document, i: int, seen: set[str]) -> IngestDocument:
         """One document checked and made ready to write (``ValueError`` naming its position)."""

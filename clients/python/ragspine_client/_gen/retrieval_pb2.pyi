@@ -163,9 +163,14 @@ class Document(_message.Message):
     text: _builtins.str
     """Plain text (UTF-8); paragraphs are separated by blank lines."""
     file: _builtins.bytes
-    """Raw file bytes (txt, md or a PDF with a text layer); see mime_type and filename."""
+    """Raw file bytes: txt, md, a PDF with a text layer, docx, pptx, xlsx, xls, csv, tsv, html, xml (RSS /
+    Atom), epub, eml, msg, json, jsonl, ipynb, rst, or a zip whose members become documents of their own
+    (doc_id "<doc_id>/<member path>"); see mime_type and filename, and docs/formats.md.
+    """
     mime_type: _builtins.str
-    """MIME type of `file` ("text/plain", "text/markdown", "application/pdf"); optional when filename says it."""
+    """MIME type of `file` ("text/plain", "application/pdf", "text/csv", ...); optional when filename says it,
+    and a generic one (application/octet-stream) defers to the file name.
+    """
     filename: _builtins.str
     """Original file name; its extension selects the parser when mime_type is empty."""
     topic: _builtins.str
