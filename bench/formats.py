@@ -7,7 +7,10 @@ is parsed ``--rounds`` times (best of 3 runs). "library alone" is the call our e
 library (python-docx's document load, python-pptx's slides and text frames, openpyxl's rows, csv.reader,
 BeautifulSoup's parse, ElementTree, email's parser, json.loads) without our text assembly.
 
-Usage: python bench/formats.py [--rounds 200] [--json]
+With ``--ocr``, two OCR rows: a scanned page (an image-only PDF at 300 dpi, read at ``OCR_DPI``) and the
+same page as a PNG, next to the PP-OCR model alone on the page image (pages per second).
+
+Usage: python bench/formats.py [--rounds 200] [--ocr] [--json]
 """
 
 from __future__ import annotations
@@ -92,6 +95,32 @@ def _library_alone() -> dict[str, Callable[[bytes], object]]:
     }
 
 
+def _ocr_rows() -> list[dict[str, Any]]:
+    import numpy as np
+
+    from ragspine.ingest.limits import IngestLimits
+    from ragspine.ingest.ocr import _load
+    from tests.ingest.test_ocr import _page_image, _saved
+
+    page = _page_image()
+    scan, png = _saved(page, "PDF", resolution=300), _saved(page, "PNG")
+    limits = IngestLimits(ocr=True)
+    engine = _load()
+    rows = []
+    for kind, name, data in (("scan pdf (OCR)", "scan.pdf", scan), ("png (OCR)", "scan.png", png)):
+        ours = _rate(lambda d=data, n=name: parse_bytes(d, filename=n, limits=limits), 2)  # type: ignore[misc]
+        peer = _rate(lambda: engine(np.asarray(page)), 2)
+        chars = len(parse_bytes(data, filename=name, limits=limits).text)
+        rows.append(
+            {"format": kind, "bytes": len(data), "chars": chars, "ours_docs_s": ours, "library_docs_s": peer}
+        )
+    return rows
+
+
+def _rate_text(rate: float) -> str:
+    return f"{rate:,.0f}" if rate >= 10 else f"{rate:.2f}"
+
+
 def _rate(fn: Callable[[], object], rounds: int) -> float:
     best = float("inf")
     for _ in range(3):
@@ -108,6 +137,7 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--ocr", action="store_true", help="also time OCR of a scanned page (slow: seconds)")
     args = parser.parse_args()
     alone = _library_alone()
     rows: list[dict[str, Any]] = []
@@ -120,6 +150,8 @@ def main() -> int:
             {"format": kind, "bytes": len(data), "chars": chars, "ours_docs_s": ours, "library_docs_s": peer}
         )
         print(f"{kind}: {name} ...", file=sys.stderr)
+    if args.ocr:
+        rows += _ocr_rows()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -128,12 +160,12 @@ def main() -> int:
     for r in rows:
         peer = r["library_docs_s"]
         overhead = f"{peer / r['ours_docs_s']:.2f}x" if peer else "—"
-        shown = f"{peer:,.0f}" if peer else "—"
+        shown = _rate_text(peer) if peer else "—"
         cells = [
             r["format"],
             f"{r['bytes']:,}",
             f"{r['chars']:,}",
-            f"{r['ours_docs_s']:,.0f}",
+            _rate_text(r["ours_docs_s"]),
             shown,
             overhead,
         ]

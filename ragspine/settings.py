@@ -424,6 +424,11 @@ class LimitsSettings:
     max_decompression_ratio: float = setting(
         40.0, "Extracted text bytes per PDF byte (checked above 1 MiB of text)."
     )
+    ocr: str = setting(
+        "auto",
+        "OCR of scanned PDF pages and image files on the CPU (PP-OCRv4 zh+en, the ocr extra): auto (on when "
+        "installed), on, off.",
+    )
     parse_memory_bytes: int = setting(
         2 * 1024**3, "Address-space cap of the PDF parse/render process; 0 = parse in-process."
     )

@@ -31,6 +31,8 @@ class IngestLimits:
     max_decompression_ratio: float = 40.0
     memory_bytes: int = 0
     max_chunks: int = 20_000
+    # Not a bound but how parsing goes: scanned PDF pages and image files are read by OCR.
+    ocr: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_text_chars", "max_pages", "max_page_pixels", "max_document_pixels", "max_chunks"):
@@ -41,6 +43,8 @@ class IngestLimits:
 
     @classmethod
     def from_settings(cls, settings: Any) -> IngestLimits:
+        from ragspine.ingest.ocr import ocr_wanted
+
         return cls(
             max_text_chars=settings.max_document_text_chars,
             max_pages=settings.max_document_pages,
@@ -49,6 +53,7 @@ class IngestLimits:
             max_decompression_ratio=settings.max_decompression_ratio,
             memory_bytes=settings.parse_memory_bytes,
             max_chunks=settings.max_chunks_per_document,
+            ocr=ocr_wanted(settings.ocr),
         )
 
     def check_text(self, chars: int, *, source: str, input_bytes: int = 0) -> None:

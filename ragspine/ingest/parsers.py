@@ -13,8 +13,9 @@ from pathlib import Path
 
 from ragspine.ingest.archive import check_zip
 from ragspine.ingest.formats import data, mail, office, web
-from ragspine.ingest.limits import IngestLimits
-from ragspine.ingest.pdf import pdf_text
+from ragspine.ingest.limits import IngestLimits, LimitExceededError
+from ragspine.ingest.ocr import IMAGE_SUFFIXES, OCR_EXTRA, image_size, image_text
+from ragspine.ingest.pdf import pdf_text_ocr
 from ragspine.ingest.sandbox import run_bounded
 from ragspine.ingest.text import decode_utf8, markdown_title
 
@@ -46,6 +47,7 @@ _BY_SUFFIX = {
     ".ipynb": "ipynb",
     ".rst": "rst",
     ".zip": "zip",
+    **{suffix: "image" for suffix in IMAGE_SUFFIXES},
 }
 _OFFICE = "application/vnd.openxmlformats-officedocument"
 _BY_MIME = {
@@ -75,6 +77,11 @@ _BY_MIME = {
     "text/x-rst": "rst",
     "application/zip": "zip",
     "application/x-zip-compressed": "zip",
+    "image/png": "image",
+    "image/jpeg": "image",
+    "image/tiff": "image",
+    "image/bmp": "image",
+    "image/webp": "image",
 }
 # Format kind -> extractor (bytes, source=) -> (text, title); the zip-based ones pass check_zip first.
 _EXTRACTORS: dict[str, Callable[..., tuple[str, str]]] = {
@@ -94,7 +101,7 @@ _EXTRACTORS: dict[str, Callable[..., tuple[str, str]]] = {
     "rst": data.rst_text,
 }
 _ZIPPED = frozenset({"docx", "pptx", "xlsx", "epub"})
-KINDS = ("text", "markdown", "pdf", *_EXTRACTORS, "zip")
+KINDS = ("text", "markdown", "pdf", *_EXTRACTORS, "image", "zip")
 #: File name suffixes the parsers read (``.zip`` expands into its members).
 SUFFIXES: frozenset[str] = frozenset(_BY_SUFFIX)
 # Types that say only "some bytes" (curl -F, many browsers and HTTP libraries for an unknown extension):
@@ -110,6 +117,7 @@ class ParsedDocument:
     title: str
     kind: str
     pages: int = 0
+    ocr_pages: tuple[int, ...] = ()  # 1-based pages (or image frames) whose text was read by OCR
 
 
 def detect_kind(*, filename: str = "", mime_type: str = "", head: bytes = b"") -> str:
@@ -158,6 +166,7 @@ def parse_bytes(
             "(ragspine.ingest.archive.archive_members; the service and ragspine ingest expand it)"
         )
     title = ""
+    ocr_pages: tuple[int, ...] = ()
     if kind in _EXTRACTORS:
         if kind in _ZIPPED:
             check_zip(data, source=source, limits=limits)
@@ -165,13 +174,35 @@ def parse_bytes(
         if limits is not None:
             limits.check_text(len(text), source=source, input_bytes=len(data))
     elif kind == "pdf":
+        ocr = limits is not None and limits.ocr
         if limits is not None and limits.memory_bytes:
-            text, pages = run_bounded(
-                pdf_text, data, source=source, limits=limits, memory_bytes=limits.memory_bytes, label=source
+            text, pages, ocr_pages = run_bounded(
+                pdf_text_ocr,
+                data,
+                source=source,
+                limits=limits,
+                ocr=ocr,
+                memory_bytes=limits.memory_bytes,
+                label=source,
             )
         else:
-            text, pages = pdf_text(data, source=source, limits=limits)
-        title = ""
+            text, pages, ocr_pages = pdf_text_ocr(data, source=source, limits=limits, ocr=ocr)
+    elif kind == "image":
+        if limits is None or not limits.ocr:
+            raise ValueError(
+                f"{source} is an image: its text is read by OCR, which is off here (RAGSPINE_OCR=on, with "
+                f"{OCR_EXTRA})"
+            )
+        width, height = image_size(data, source=source)
+        if width * height > limits.max_page_pixels:
+            raise LimitExceededError(
+                f"{source} is {width}x{height} pixels; the limit is {limits.max_page_pixels} per page "
+                "(max_page_pixels, set RAGSPINE_MAX_PAGE_PIXELS)"
+            )
+        text = image_text(data, source=source)
+        ocr_pages = (1,) if text.strip() else ()
+        if not text.strip():
+            raise ValueError(f"{source}: OCR found no text in the image")
     else:
         text = decode_utf8(data, source=source)
         if limits is not None:
@@ -181,7 +212,7 @@ def parse_bytes(
         raise ValueError(f"{source} contains no text")
     if not title:
         title = Path(filename).stem if filename else ""
-    return ParsedDocument(text=text, title=title, kind=kind, pages=pages)
+    return ParsedDocument(text=text, title=title, kind=kind, pages=pages, ocr_pages=ocr_pages)
 
 
 def parse_file(path: str | Path) -> ParsedDocument:

@@ -1,10 +1,13 @@
-"""PDF text layer via pypdfium2 (no OCR: scanned pages yield no text)."""
+"""PDF text via pypdfium2: each page's text layer; with ``ocr``, a page without one (a scan) is rendered
+and read by ``ragspine.ingest.ocr``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ragspine.ingest.limits import IngestLimits
+
+OCR_HINT = "pip install 'ragspine[ocr]'"
 
 
 def _pdfium() -> Any:
@@ -30,11 +33,40 @@ def open_pdf(pdfium: Any, source: bytes | str, *, label: str) -> Any:
 
 
 def pdf_text(data: bytes, *, source: str = "PDF", limits: IngestLimits | None = None) -> tuple[str, int]:
-    """Text of every page (pages separated by blank lines) and the page count.
+    """Text of every page (pages separated by blank lines) and the page count; no OCR (see
+    ``pdf_text_ocr``)."""
+    text, count, _ = pdf_text_ocr(data, source=source, limits=limits, ocr=False)
+    return text, count
+
+
+def _ocr_page(page: Any, limits: IngestLimits | None) -> str:
+    """Render a page without a text layer at ``OCR_DPI`` (less when that would pass the page-pixel limit)
+    and read it."""
+    from ragspine.ingest.ocr import OCR_DPI, ocr_image
+
+    width, height = page.get_size()
+    scale = OCR_DPI / 72
+    if limits is not None:
+        pixels = width * scale * height * scale
+        if pixels > limits.max_page_pixels:
+            scale *= (limits.max_page_pixels / pixels) ** 0.5
+    bitmap = page.render(scale=scale)
+    try:
+        return ocr_image(bitmap.to_pil())
+    finally:
+        bitmap.close()
+
+
+def pdf_text_ocr(
+    data: bytes, *, source: str = "PDF", limits: IngestLimits | None = None, ocr: bool = False
+) -> tuple[str, int, tuple[int, ...]]:
+    """Text of every page (pages separated by blank lines), the page count, and the 1-based numbers of
+    the pages read by OCR (with ``ocr``, every page without a text layer).
 
     Raises ``ValueError`` for data that is not a PDF, a corrupt PDF, a password-protected PDF, or a PDF
-    without any text layer; ``LimitExceededError`` (a ``ValueError``) as soon as the document crosses one of
-    ``limits`` (pages, extracted text, decompression ratio), without reading the rest of it.
+    without any text (no text layer, and no OCR or nothing it could read); ``LimitExceededError`` (a
+    ``ValueError``) as soon as the document crosses one of ``limits`` (pages, extracted text,
+    decompression ratio), without reading the rest of it.
     """
     if not data.startswith(b"%PDF-"):
         raise ValueError(f"{source} is not a PDF (it does not start with %PDF-)")
@@ -43,12 +75,17 @@ def pdf_text(data: bytes, *, source: str = "PDF", limits: IngestLimits | None = 
         if limits is not None:
             limits.check_pages(len(document), source=source)
         pages: list[str] = []
+        read_by_ocr: list[int] = []
         chars = 0
         for index in range(len(document)):
             page = document[index]
             textpage = page.get_textpage()
             try:
                 raw = textpage.get_text_range()
+                if ocr and not raw.strip():
+                    raw = _ocr_page(page, limits)
+                    if raw.strip():
+                        read_by_ocr.append(index + 1)
             finally:
                 textpage.close()
                 page.close()
@@ -62,5 +99,9 @@ def pdf_text(data: bytes, *, source: str = "PDF", limits: IngestLimits | None = 
     finally:
         document.close()
     if not pages:
-        raise ValueError(f"{source} has no text layer (scanned images need OCR first)")
-    return "\n\n".join(pages), count
+        if ocr:
+            raise ValueError(f"{source} has no text layer and OCR found no text on its pages")
+        raise ValueError(
+            f"{source} has no text layer (a scan): turn OCR on to read it (RAGSPINE_OCR=on, with {OCR_HINT})"
+        )
+    return "\n\n".join(pages), count, tuple(read_by_ocr)

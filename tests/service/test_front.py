@@ -378,3 +378,22 @@ def test_stream_must_stay_in_one_library_and_bad_first_batch_creates_nothing(mak
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "must name library 'a'" in info.value.details()
     assert front.stub.ListLibraries(pb.ListLibrariesRequest(), timeout=5).libraries == []
+
+
+@pytest.mark.slow
+def test_a_scanned_pdf_is_ocrd_in_the_front_and_cited_with_its_pages(make_front) -> None:
+    pytest.importorskip("rapidocr_onnxruntime", reason="the ocr extra (scripts/setup.sh installs it)")
+    from tests.ingest.test_ocr import _page_image, _saved
+
+    scan = _saved(_page_image(), "PDF", resolution=300)
+    front = make_front(limits=FrontLimits(ingest=IngestLimits(ocr=True)))
+    document = pb.Document(doc_id="scan", file=scan, filename="arm-safety-scan.pdf", topic="safety")
+    reply = front.stub.Ingest(pb.IngestRequest(library="scans", documents=[document]), timeout=60)
+    assert reply.results[0].status == pb.DocumentStatus.DOCUMENT_STATUS_STORED
+    (hit,) = _ask(front, "red emergency button", libraries=["scans"], top_k=1).snippets
+    assert hit.doc_id == "scan" and "emergency button" in hit.text
+    assert list(hit.metadata["ocr_pages"].list_value.values) == ["1"]  # provenance: the page OCR read
+    off = make_front(limits=FrontLimits(ingest=IngestLimits(ocr=False)))
+    with pytest.raises(grpc.RpcError) as refused:
+        off.stub.Ingest(pb.IngestRequest(library="scans", documents=[document]), timeout=60)
+    assert "RAGSPINE_OCR=on" in (refused.value.details() or "")

@@ -82,7 +82,7 @@ def test_unknown_type_lists_the_supported_ones() -> None:
     with pytest.raises(ValueError, match=r"\.md.*\.pptx|\.pptx.*\.md"):
         detect_kind(filename="model.stl")
     with pytest.raises(ValueError, match="unsupported MIME"):
-        detect_kind(mime_type="image/png")
+        detect_kind(mime_type="audio/mpeg")
 
 
 def test_a_generic_mime_type_defers_to_the_file_name_then_the_pdf_signature() -> None:

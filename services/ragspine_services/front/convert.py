@@ -235,9 +235,10 @@ def metadata_message(metadata: Mapping[str, Any], target: Any) -> None:
 
 def document_text(
     doc: retrieval_pb2.Document, index: int, limits: IngestLimits | None = None
-) -> tuple[str, str]:
-    """``(text, title)`` of a wire document, parsing file bytes when given (within ``limits``).
-    ``ValueError`` (``LimitExceededError`` for a crossed limit) names the doc."""
+) -> tuple[str, str, tuple[int, ...]]:
+    """``(text, title, ocr_pages)`` of a wire document, parsing file bytes when given (within ``limits``;
+    ``ocr_pages`` are the 1-based pages read by OCR). ``ValueError`` (``LimitExceededError`` for a crossed
+    limit) names the doc."""
     label = f"documents[{index}] ({doc.doc_id or 'no doc_id'})"
     kind = doc.WhichOneof("content")
     if kind == "text":
@@ -248,7 +249,7 @@ def document_text(
                 limits.check_text(len(doc.text), source="text")
             except LimitExceededError as exc:
                 raise LimitExceededError(f"{label}: {exc}") from None
-        return doc.text, doc.title
+        return doc.text, doc.title, ()
     if kind == "file":
         try:
             parsed = parse_bytes(doc.file, filename=doc.filename, mime_type=doc.mime_type, limits=limits)
@@ -256,7 +257,7 @@ def document_text(
             raise LimitExceededError(f"{label}: {exc}") from None
         except ValueError as exc:
             raise ValueError(f"{label}: {exc}") from None
-        return parsed.text, doc.title or parsed.title
+        return parsed.text, doc.title or parsed.title, parsed.ocr_pages
     raise ValueError(f"{label}: set either text or file")
 
 

@@ -38,6 +38,8 @@ from ragspine_services.front import convert
 __all__ = ["Failure", "IngestCalls", "authorize", "check_replaceable", "timings"]
 
 _STATUS = retrieval_pb2.DocumentStatus
+#: The document metadata key listing the pages whose text was read by OCR.
+OCR_PAGES_KEY = "ocr_pages"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +60,14 @@ class Failure:
         return retrieval_pb2.DocumentResult(
             doc_id=self.doc_id, index=self.index, status=_STATUS.DOCUMENT_STATUS_FAILED, error=self.error
         )
+
+
+def _with_ocr_pages(doc: retrieval_pb2.Document, pages: tuple[int, ...]) -> retrieval_pb2.Document:
+    """``doc`` with metadata ``ocr_pages`` (the 1-based page numbers whose text came from OCR)."""
+    marked = retrieval_pb2.Document()
+    marked.CopyFrom(doc)
+    marked.metadata[OCR_PAGES_KEY].list_value.values[:] = [str(p) for p in pages]
+    return marked
 
 
 def _all_failed(failures: list[Failure]) -> ValueError:
@@ -213,7 +223,10 @@ class IngestCalls:
             # A scan has no text layer to index: its pages are found visually only.
             text, title = "", doc.title
         else:
-            text, title = convert.document_text(doc, i, self.limits.ingest)
+            text, title, ocr_pages = convert.document_text(doc, i, self.limits.ingest)
+            if ocr_pages:
+                # Provenance: which pages were read by OCR (a snippet's metadata shows it).
+                doc = _with_ocr_pages(doc, ocr_pages)
         meta = convert.document_meta(doc, title, i, text=text, policy=self.catalog.sensitivity_policy)
         if doc.chunker:
             try:
