@@ -624,3 +624,22 @@ def test_page_bombs_are_refused_or_rendered_smaller(make_stack: Callable[..., St
         doc_id="huge", file=blank_pages(1, 14400, 14400), filename="huge.pdf", pages=True
     )
     assert _ingest(stack, huge).results[0].pages_indexed == 1
+
+
+@pytest.mark.slow
+def test_a_scan_with_pages_is_indexed_visually_and_by_its_ocr_text(make_stack: Callable[..., Stack]) -> None:
+    pytest.importorskip("rapidocr_onnxruntime", reason="the ocr extra (scripts/setup.sh installs it)")
+    from ragspine.ingest.limits import IngestLimits
+    from tests.ingest.test_ocr import _page_image, _saved
+
+    stack = make_stack()  # the service's settings: RAGSPINE_OCR=auto, on where the model is installed
+    assert IngestLimits.from_settings(stack.parts.catalog.settings).ocr is True
+    scan = _saved(_page_image(), "PDF", resolution=300)
+    result = _ingest(stack, _pdf_doc("arm", scan)).results[0]
+    assert result.pages_indexed == 1 and result.chunks_written >= 1
+    lexical = _retrieve(stack, "red emergency button", retrieval_pb2.RETRIEVAL_MODE_LEXICAL, top_k=1)
+    (hit,) = lexical.snippets
+    assert hit.doc_id == "arm" and list(hit.metadata["ocr_pages"].list_value.values) == ["1"]
+    # A scan OCR reads nothing from stays visual only (the blank pages of make_image_only_pdf).
+    blank = _ingest(stack, _pdf_doc("blank", make_image_only_pdf(1))).results[0]
+    assert (blank.pages_indexed, blank.chunks_written) == (1, 0)

@@ -219,14 +219,23 @@ class IngestCalls:
         """One document checked and made ready to write (``ValueError`` naming its position)."""
         if doc.pages:
             self._check_pages_request(doc, i)
+        text, title = "", doc.title
+        ocr_pages: tuple[int, ...] = ()
         if doc.pages and visual.image_only_pdf(doc.file):
-            # A scan has no text layer to index: its pages are found visually only.
-            text, title = "", doc.title
+            # A scan has no text layer: its pages are found visually, and by their OCR text when OCR is on
+            # and reads some (a scan of a photo or a drawing stays visual only).
+            if self.limits.ingest.ocr:
+                try:
+                    text, title, ocr_pages = convert.document_text(doc, i, self.limits.ingest)
+                except LimitExceededError:
+                    raise
+                except ValueError:
+                    text, title, ocr_pages = "", doc.title, ()
         else:
             text, title, ocr_pages = convert.document_text(doc, i, self.limits.ingest)
-            if ocr_pages:
-                # Provenance: which pages were read by OCR (a snippet's metadata shows it).
-                doc = _with_ocr_pages(doc, ocr_pages)
+        if ocr_pages:
+            # Provenance: which pages were read by OCR (a snippet's metadata shows it).
+            doc = _with_ocr_pages(doc, ocr_pages)
         meta = convert.document_meta(doc, title, i, text=text, policy=self.catalog.sensitivity_policy)
         if doc.chunker:
             try:
