@@ -480,10 +480,19 @@ class RaptorRetriever:
             return summaries[:top_k]
         by_id: dict[str, dict[str, Any]] = {}
         for s in [*leaves, *summaries]:
-            by_id.setdefault(str(s["chunk_id"]), s)
-        fused = rrf_fuse([[str(s["chunk_id"]) for s in leaves], [str(s["chunk_id"]) for s in summaries]])
+            by_id.setdefault(_snippet_key(s), s)
+        fused = rrf_fuse([[_snippet_key(s) for s in leaves], [_snippet_key(s) for s in summaries]])
         order = sorted(fused, key=lambda cid: (-fused[cid], cid))
         return [by_id[cid] for cid in order[:top_k]]
+
+
+def _snippet_key(snippet: dict[str, Any]) -> str:
+    """What identifies a snippet in the fusion: its ``chunk_id``, else (a base retriever that gives none)
+    its document and locator."""
+    chunk_id = snippet.get("chunk_id")
+    if chunk_id:
+        return str(chunk_id)
+    return f"{snippet.get('doc_id', '')}#{snippet.get('source_locator', '')}"
 
 
 @published_fallback(nothing, "no RAPTOR summarizer")

@@ -219,6 +219,24 @@ def test_retriever_granularities_over_a_real_index(tmp_path: Path) -> None:
         assert set(docs) <= {"battery-a", "battery-b"}  # type: ignore[arg-type]
 
 
+def test_a_base_retriever_without_chunk_ids_is_fused_by_document_and_locator(tmp_path: Path) -> None:
+    base = _base(tmp_path)
+    tree = build_raptor_tree(base.index.store.iter_chunks(), embedder=EMBED, threshold=0.2)
+
+    class Bare:
+        """A published-style retriever whose snippets carry doc_id and locator but no chunk_id."""
+
+        def retrieve(self, query: str, *, filters: object = None, top_k: int = 50) -> list[dict[str, object]]:
+            return [
+                {k: v for k, v in s.items() if k != "chunk_id"} for s in base.retrieve(query, top_k=top_k)
+            ]
+
+    mixed = RaptorRetriever(Bare(), tree, embedder=EMBED, summary_top_k=2).retrieve("battery swaps charger")
+    leaves = [s for s in mixed if not s.get("is_synthesis")]
+    assert leaves and any(s.get("is_synthesis") for s in mixed)
+    assert len({(s["doc_id"], s["source_locator"]) for s in leaves}) == len(leaves)  # none lost or merged
+
+
 def test_make_raptor_retriever(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert RAPTOR_ENV == "RAGSPINE_RAPTOR" and RAPTOR_SUMMARIZER_ENV == "RAGSPINE_RAPTOR_SUMMARIZER"
     base = _base(tmp_path)
