@@ -10,6 +10,7 @@ never reaches a model worker.
 
 from __future__ import annotations
 
+import functools
 import io
 import statistics
 import threading
@@ -28,8 +29,9 @@ _engine: Any = None
 _lock = threading.Lock()
 
 
+@functools.cache
 def ocr_available() -> bool:
-    """Whether the OCR model imports here (the ``ocr`` extra is installed)."""
+    """Whether the OCR model imports here (the ``ocr`` extra is installed); tried once per process."""
     try:
         import rapidocr_onnxruntime  # noqa: F401
     except ImportError:

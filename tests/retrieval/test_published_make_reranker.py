@@ -23,7 +23,7 @@ from ragspine.retrieval.link.narrative_link import ProviderListwiseJudge, build_
 from ragspine.retrieval.rerank.colbert import ColbertReranker
 from ragspine.retrieval.rerank.cross_encoder import CrossEncoderReranker, make_reranker
 from ragspine.retrieval.rerank.listwise_rerank import listwise_rerank
-from ragspine.retrieval.rerank.published import ModelUnavailable
+from ragspine.retrieval.rerank.published import LazyModelReranker, ModelUnavailable
 from ragspine.retrieval.rerank.splade import SpladeReranker
 from tests.seams.rerank_helpers import ids, result
 
@@ -100,11 +100,11 @@ def fastembed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             )
 
     root = types.ModuleType("fastembed")
-    root.LateInteractionTextEmbedding = LateInteractionTextEmbedding  # type: ignore[attr-defined]
-    root.SparseTextEmbedding = SparseTextEmbedding  # type: ignore[attr-defined]
+    setattr(root, "LateInteractionTextEmbedding", LateInteractionTextEmbedding)  # noqa: B010
+    setattr(root, "SparseTextEmbedding", SparseTextEmbedding)  # noqa: B010
     rerank = types.ModuleType("fastembed.rerank")
     cross = types.ModuleType("fastembed.rerank.cross_encoder")
-    cross.TextCrossEncoder = TextCrossEncoder  # type: ignore[attr-defined]
+    setattr(cross, "TextCrossEncoder", TextCrossEncoder)  # noqa: B010
     monkeypatch.setitem(sys.modules, "fastembed", root)
     monkeypatch.setitem(sys.modules, "fastembed.rerank", rerank)
     monkeypatch.setitem(sys.modules, "fastembed.rerank.cross_encoder", cross)
@@ -183,7 +183,7 @@ def test_reverse_proof_judging_directly_does_send_restricted_text(fastembed: dic
 )
 def test_factory_names_build_lazy_instances(spec: str, cls: type) -> None:
     made = make_reranker(spec)
-    assert type(made) is cls and made._model is None  # type: ignore[attr-defined]
+    assert type(made) is cls and isinstance(made, LazyModelReranker) and made._model is None
 
 
 def test_factory_none_unknown_and_auto(
@@ -213,8 +213,10 @@ def test_factory_reads_the_spec_variables(monkeypatch: pytest.MonkeyPatch, faste
     made = make_reranker()
     assert isinstance(made, ColbertReranker) and made.model_name == "answerdotai/answerai-colbert-small-v1"
     monkeypatch.setenv("RAGSPINE_SPLADE_MODEL", "naver/splade-v3")
-    assert make_reranker("splade").model_name == "naver/splade-v3"  # type: ignore[union-attr]
-    assert make_reranker("splade", model_name="given").model_name == "given"  # type: ignore[union-attr]
+    from_env = make_reranker("splade")
+    given = make_reranker("splade", model_name="given")
+    assert isinstance(from_env, SpladeReranker) and from_env.model_name == "naver/splade-v3"
+    assert isinstance(given, SpladeReranker) and given.model_name == "given"
     monkeypatch.setenv("RAGSPINE_RERANKER", "nonsense")
     with pytest.raises(ValueError, match="nonsense"):
         make_reranker()

@@ -195,7 +195,7 @@ def test_the_embedder_runs_on_fastembed_when_it_is_installed(monkeypatch: pytest
             return iter([[[1.0, 0.0]] for _ in images[: 1 if len(images) == 3 else None]])
 
     module = types.ModuleType("fastembed")
-    module.LateInteractionMultimodalEmbedding = LateInteractionMultimodalEmbedding  # type: ignore[attr-defined]
+    setattr(module, "LateInteractionMultimodalEmbedding", LateInteractionMultimodalEmbedding)  # noqa: B010
     monkeypatch.setitem(sys.modules, "fastembed", module)
     buffer = io.BytesIO()
     Image.new("RGB", (4, 4), (9, 9, 9)).save(buffer, format="PNG")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ragspine.models.colbert import maxsim as _maxsim
-from ragspine.retrieval.rerank.published import LazyModelReranker, counted, fastembed_module
+from ragspine.retrieval.rerank.published import FastembedScorer, LazyModelReranker, fastembed_module
 
 __all__ = [
     "COLBERT_MODEL_ENV",
@@ -73,15 +73,10 @@ class ColbertReranker(LazyModelReranker):
         )
 
 
-class _FastembedColbert:
+class _FastembedColbert(FastembedScorer):
     """``fastembed``'s late-interaction model behind ``score``: MaxSim of the query's token vectors
     (``query_embed``, ColBERT's query form) against each passage's (``embed``)."""
 
-    def __init__(self, model: Any, batch_size: int) -> None:
-        self.model = model
-        self.batch_size = batch_size
-
     def score(self, query: str, texts: list[str]) -> list[float]:
-        (query_vectors,) = counted("query_embed", self.model.query_embed(query), 1)
-        passages = counted("embed", self.model.embed(texts, batch_size=self.batch_size), len(texts))
+        query_vectors, passages = self.encode(query, texts)
         return [maxsim(query_vectors, doc) for doc in passages]

@@ -22,7 +22,13 @@ from ragspine.models.packaged import DEFAULT_COLBERT_ID, DEFAULT_CROSS_ENCODER_I
 from ragspine.models.sparse import SpladeEncoder
 from ragspine.models.sparse import SpladeReranker as SpladeScorer
 from ragspine.retrieval.rerank.colbert import DEFAULT_COLBERT_MODEL, ColbertReranker
-from ragspine.retrieval.rerank.published import LazyModelReranker, ModelUnavailable, counted, fastembed_module
+from ragspine.retrieval.rerank.published import (
+    FastembedScorer,
+    LazyModelReranker,
+    ModelUnavailable,
+    counted,
+    fastembed_module,
+)
 from ragspine.retrieval.rerank.splade import DEFAULT_SPLADE_MODEL, SpladeReranker
 from ragspine.retrieval.seams import ListwiseJudge, Reranker
 from ragspine.settings import OFF, Settings, choice, spec_env_default
@@ -90,12 +96,8 @@ class CrossEncoderReranker(LazyModelReranker):
         return _FastembedCrossEncoder(module.TextCrossEncoder(self.model_name, **options), self.batch_size)
 
 
-class _FastembedCrossEncoder:
+class _FastembedCrossEncoder(FastembedScorer):
     """``fastembed``'s ``TextCrossEncoder`` behind ``score``: one relevance logit per (query, passage)."""
-
-    def __init__(self, model: Any, batch_size: int) -> None:
-        self.model = model
-        self.batch_size = batch_size
 
     def score(self, query: str, texts: list[str]) -> list[float]:
         scores = counted("rerank", self.model.rerank(query, texts, batch_size=self.batch_size), len(texts))

@@ -31,7 +31,15 @@ from typing import Any
 from ragspine.models.packaged import cannot_load, local_model_path
 from ragspine.models.runtime import order_by_scores
 
-__all__ = ["LazyModelReranker", "ModelUnavailable", "fastembed_module", "order_by_scores"]
+__all__ = [
+    "FastembedScorer",
+    "LazyModelReranker",
+    "ModelUnavailable",
+    "counted",
+    "fastembed_module",
+    "fastembed_options",
+    "order_by_scores",
+]
 
 
 class ModelUnavailable(ImportError, ValueError):
@@ -44,6 +52,30 @@ def fastembed_module(name: str = "fastembed") -> ModuleType | None:
         return importlib.import_module(name)
     except ImportError:
         return None
+
+
+def fastembed_options(cache_dir: str | None, threads: int | None) -> dict[str, Any]:
+    """The keywords a fastembed model class takes besides the model name: only those that were given."""
+    options: dict[str, Any] = {}
+    if cache_dir is not None:
+        options["cache_dir"] = cache_dir
+    if threads is not None:
+        options["threads"] = threads
+    return options
+
+
+class FastembedScorer:
+    """A fastembed model behind the ``score`` seam; ``encode`` gives the query's embedding and one per
+    passage (counted), the subclasses turn them into scores."""
+
+    def __init__(self, model: Any, batch_size: int) -> None:
+        self.model = model
+        self.batch_size = batch_size
+
+    def encode(self, query: str, texts: list[str]) -> tuple[Any, list[Any]]:
+        (query_vector,) = counted("query_embed", self.model.query_embed(query), 1)
+        passages = counted("embed", self.model.embed(texts, batch_size=self.batch_size), len(texts))
+        return query_vector, passages
 
 
 def counted(name: str, outputs: Iterable[Any], expected: int) -> list[Any]:
@@ -101,14 +133,6 @@ class LazyModelReranker:
 
     extra = ""  # the published extra that brings fastembed for this reranker ("colbert", ...)
 
-    def _fastembed_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {}
-        if self.cache_dir is not None:
-            options["cache_dir"] = self.cache_dir
-        if self.threads is not None:
-            options["threads"] = self.threads
-        return options
-
     def load(self) -> Any:
         """The backend model, loaded on the first call (see the module docstring for which one).
         ``ModelUnavailable`` in one line when nothing can load it here."""
@@ -120,7 +144,7 @@ class LazyModelReranker:
     def _load(self) -> Any:
         path = self.model_path()
         if not Path(path).is_dir() and fastembed_module() is not None:
-            return self._fastembed(self._fastembed_options())
+            return self._fastembed(fastembed_options(self.cache_dir, self.threads))
         try:
             return self._build(path)
         except (ImportError, ValueError, OSError) as exc:

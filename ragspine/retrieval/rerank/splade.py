@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ragspine.models.sparse import sparse_dot as _dot
-from ragspine.retrieval.rerank.published import LazyModelReranker, counted, fastembed_module
+from ragspine.retrieval.rerank.published import FastembedScorer, LazyModelReranker, fastembed_module
 
 __all__ = [
     "DEFAULT_SPLADE_BATCH_SIZE",
@@ -69,16 +69,11 @@ def _weights(vector: Any) -> dict[int, float]:
     return {int(i): float(v) for i, v in zip(vector.indices, vector.values, strict=True)}
 
 
-class _FastembedSplade:
+class _FastembedSplade(FastembedScorer):
     """``fastembed``'s learned-sparse model behind ``score``: the query's vector (``query_embed``) dotted
     with each passage's (``embed``)."""
 
-    def __init__(self, model: Any, batch_size: int) -> None:
-        self.model = model
-        self.batch_size = batch_size
-
     def score(self, query: str, texts: list[str]) -> list[float]:
-        (query_vector,) = counted("query_embed", self.model.query_embed(query), 1)
-        passages = counted("embed", self.model.embed(texts, batch_size=self.batch_size), len(texts))
+        query_vector, passages = self.encode(query, texts)
         weights = _weights(query_vector)
         return [sparse_dot(weights, _weights(doc)) for doc in passages]

@@ -26,7 +26,7 @@ from ragspine.common.registry import Registry
 from ragspine.models.packaged import cannot_load, local_model_path, resolve_model_dir
 from ragspine.retrieval.constants import is_restricted
 from ragspine.retrieval.rerank.colbert import maxsim
-from ragspine.retrieval.rerank.published import ModelUnavailable, counted, fastembed_module
+from ragspine.retrieval.rerank.published import ModelUnavailable, counted, fastembed_module, fastembed_options
 from ragspine.retrieval.visual.maxsim import maxsim_scores
 from ragspine.settings import choice, is_off, spec_env_default
 
@@ -181,11 +181,7 @@ class ColPaliVisualEmbedder:
         path = self.model_path()
         module = None if Path(path).is_dir() else fastembed_module()
         if module is not None:
-            options: dict[str, Any] = {}
-            if self.cache_dir is not None:
-                options["cache_dir"] = self.cache_dir
-            if self.threads is not None:
-                options["threads"] = self.threads
+            options = fastembed_options(self.cache_dir, self.threads)
             model = module.LateInteractionMultimodalEmbedding(self.model_name, **options)
             return _FastembedColPali(model, self.batch_size)
         from ragspine.retrieval.visual.encoders import ColPaliEncoder
